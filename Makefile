@@ -1,0 +1,43 @@
+# tidelake — every target does its own set-up (idempotent). `make help` lists them.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+TL := $(VENV)/bin/tidelake
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target with its one-line description
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: ## Install Debian packages, the .venv and the Hudi jars (idempotent)
+	@scripts/setup
+
+.PHONY: demo
+demo: setup ## Run the whole pipeline end to end on embedded defaults and verify the lake
+	$(TL) demo
+
+.PHONY: test
+test: setup ## Run the test suite (unit, integration on real services, e2e)
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+.PHONY: unit
+unit: setup ## Run the unit tests only (fast, no services)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: setup ## ruff and mypy (strict)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+
+.PHONY: fmt
+fmt: setup ## Format the code with ruff
+	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests
+
+.PHONY: clean
+clean: ## Remove the demo's data directory (.tidelake/)
+	rm -rf .tidelake

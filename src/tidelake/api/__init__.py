@@ -1,0 +1,1 @@
+"""HTTP server: metrics, status API, dashboard."""

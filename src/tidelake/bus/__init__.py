@@ -1,0 +1,1 @@
+"""NATS JetStream: connection, stream and consumer provisioning, embedded server."""

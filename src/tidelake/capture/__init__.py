@@ -1,0 +1,1 @@
+"""Change capture from source databases (MySQL/MariaDB binlog, PostgreSQL pgoutput)."""

@@ -1,0 +1,62 @@
+"""The ``tidelake`` command line. Each verb is a thin shell over one stage's module."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+
+from tidelake.config import Config, load_config
+from tidelake.errors import ConfigError
+
+app = typer.Typer(
+    name="tidelake",
+    help="Every committed change of an OLTP database in an Apache Hudi lakehouse within seconds.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+config_app = typer.Typer(help="Validate and show the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: $TIDELAKE_CONFIG or none)"),
+]
+
+
+def _load(path: Path | None) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
+        raise typer.Exit(2) from exc
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data).decode() + "\n")
+    sys.stdout.flush()
+
+
+@config_app.command("check")
+def config_check(
+    file: Annotated[Path | None, typer.Argument(help="config file to check")] = None,
+) -> None:
+    """Validate a config file; print the effective config (secrets masked) or exit 2."""
+    cfg = _load(file)
+    console.print_json(orjson.dumps(cfg.masked()).decode())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

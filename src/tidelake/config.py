@@ -1,0 +1,273 @@
+"""The one configuration: a YAML file, ``TIDELAKE_…`` environment overrides, pydantic checks.
+
+With no file at all every default runs locally (embedded nats-server, local staging and lake
+under ``home``, Spark ``local[*]``). Nested fields are overridden from the environment with
+``__`` between levels: ``TIDELAKE_BUS__URL=nats://host:4222``,
+``TIDELAKE_STAGE__MAX_EVENTS=5000``. Values are parsed as YAML scalars.
+
+Secrets (passwords, tokens) are never read from the YAML file: only from the environment or
+from a file named in the config. They are :class:`pydantic.SecretStr`, so printing the config
+masks them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from tidelake.errors import ConfigError
+
+ENV_PREFIX = "TIDELAKE_"
+#: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
+SECRET_FIELDS = frozenset({"password", "token", "secret_key", "access_key"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TlsConfig(_Model):
+    """TLS towards an external NATS server; paths to PEM files."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+
+class AuthConfig(_Model):
+    """NATS credentials. Secrets only from the environment or files."""
+
+    user: str | None = None
+    password: SecretStr | None = Field(None, description="env TIDELAKE_BUS__AUTH__PASSWORD")
+    password_file: Path | None = None
+    token: SecretStr | None = Field(None, description="env TIDELAKE_BUS__AUTH__TOKEN")
+    token_file: Path | None = None
+    creds_file: Path | None = Field(None, description="NATS .creds file (JWT + nkey seed)")
+    nkey_seed_file: Path | None = None
+
+    def resolved_password(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+    def resolved_token(self) -> str | None:
+        return _secret(self.token, self.token_file)
+
+
+class StreamConfig(_Model):
+    """The JetStream CDC stream every producer publishes to."""
+
+    name: str = "TIDELAKE_CDC"
+    subjects: list[str] = ["cdc.>"]
+    max_age_s: float = Field(7 * 24 * 3600, gt=0, description="how long messages are kept")
+    max_bytes: int = Field(-1, description="stream size limit in bytes; -1 = unlimited")
+    duplicate_window_s: float = Field(
+        120, gt=0, description="Nats-Msg-Id de-duplication window (DESIGN.md §3 rule 2)"
+    )
+    replicas: int = Field(1, ge=1, le=5)
+
+
+class DlqConfig(_Model):
+    """The dead-letter stream: messages that cannot be decoded or exhausted MaxDeliver."""
+
+    name: str = "TIDELAKE_DLQ"
+    subject_prefix: str = "dlq"
+    max_age_s: float = Field(30 * 24 * 3600, gt=0)
+
+
+class ConsumerConfig(_Model):
+    """The stager's durable pull consumer on the CDC stream."""
+
+    durable: str = "tidelake-stager"
+    ack_wait_s: float = Field(60, gt=0)
+    max_deliver: int = Field(5, ge=1, description="deliveries before a message is dead-lettered")
+    max_ack_pending: int = Field(200_000, ge=1)
+    filter_subject: str | None = None
+
+
+class EmbeddedNatsConfig(_Model):
+    """The nats-server child process used when ``bus.url`` is not set."""
+
+    binary: str = "nats-server"
+    host: Literal["127.0.0.1"] = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0 = a free port")
+    store_dir: Path | None = Field(None, description="default: <home>/nats")
+
+
+class BusConfig(_Model):
+    """Where NATS JetStream is: an external server (``url``) or an embedded child process."""
+
+    url: str | None = Field(None, description="nats://host:port; unset = embedded server")
+    auth: AuthConfig = AuthConfig()
+    tls: TlsConfig | None = None
+    embedded: EmbeddedNatsConfig = EmbeddedNatsConfig()
+    stream: StreamConfig = StreamConfig()
+    dlq: DlqConfig = DlqConfig()
+    consumer: ConsumerConfig = ConsumerConfig()
+    connect_timeout_s: float = Field(5, gt=0)
+
+
+class StageConfig(_Model):
+    """The stager: how batches are cut and where they are written."""
+
+    root: str | None = Field(None, description="local path or s3://bucket/prefix; default <home>/staging")
+    max_events: int = Field(50_000, ge=1, description="cut a batch at this many messages")
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="... or this many payload bytes")
+    max_age_s: float = Field(1.0, gt=0, description="... or when its first message is this old")
+    fetch_batch: int = Field(2_000, ge=1, description="messages asked for per pull request")
+
+
+class SparkConfig(_Model):
+    """The one Spark session of the ingest (lake/spark.py)."""
+
+    master: str = "local[*]"
+    driver_memory: str = "3g"
+    shuffle_partitions: int = Field(4, ge=1)
+    jar_cache: Path | None = Field(None, description="default: <repo>/.cache/jars or TIDELAKE_JAR_CACHE")
+    conf: dict[str, str] = {}
+
+
+class LakeConfig(_Model):
+    """The Hudi lake: where tables live and how they are written."""
+
+    root: str | None = Field(None, description="local path or s3a://...; default <home>/lake")
+    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = "COPY_ON_WRITE"
+    partition_by: dict[str, list[str]] = Field(
+        {}, description="per table 'db.table': partition columns; none by default"
+    )
+    hudi_options: dict[str, str] = Field({}, description="extra Hudi write options, all tables")
+    spark: SparkConfig = SparkConfig()
+
+
+class IngestConfig(_Model):
+    """The ingest loop."""
+
+    interval_s: float = Field(1.0, gt=0, description="continuous mode: pause when idle")
+    max_batch_events: int = Field(500_000, ge=1, description="events merged into one commit")
+
+
+class ApiConfig(_Model):
+    """``tidelake serve``."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8321, ge=1, le=65535)
+    token: SecretStr | None = Field(None, description="env TIDELAKE_API__TOKEN")
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> ApiConfig:
+        if self.host not in ("127.0.0.1", "localhost", "::1") and self.token is None:
+            raise ValueError("a bearer token (TIDELAKE_API__TOKEN) is required off loopback")
+        return self
+
+
+class Config(_Model):
+    """The whole tidelake configuration."""
+
+    home: Path = Field(Path(".tidelake"), description="base directory of embedded defaults")
+    bus: BusConfig = BusConfig()
+    stage: StageConfig = StageConfig()
+    lake: LakeConfig = LakeConfig()
+    ingest: IngestConfig = IngestConfig()
+    api: ApiConfig = ApiConfig()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @property
+    def stage_root(self) -> str:
+        return self.stage.root or str((self.home / "staging").resolve())
+
+    @property
+    def lake_root(self) -> str:
+        return self.lake.root or str((self.home / "lake").resolve())
+
+    @property
+    def nats_store_dir(self) -> Path:
+        return (self.bus.embedded.store_dir or self.home / "nats").resolve()
+
+    def masked(self) -> dict[str, Any]:
+        """The effective config as plain data, secrets shown as ``**********``."""
+        return self.model_dump(mode="json")
+
+
+def _secret(value: SecretStr | None, path: Path | None) -> str | None:
+    if value is not None:
+        return value.get_secret_value()
+    if path is not None:
+        return path.read_text().strip()
+    return None
+
+
+def _reject_secrets_in_file(data: Any, path: str = "") -> None:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            where = f"{path}.{k}" if path else str(k)
+            if k in SECRET_FIELDS and v is not None:
+                env = ENV_PREFIX + where.upper().replace(".", "__")
+                raise ConfigError(
+                    f"{where}: secrets are not read from the config file; "
+                    f"set {env} or use {k}_file"
+                )
+            _reject_secrets_in_file(v, where)
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name in ("TIDELAKE_CONFIG", "TIDELAKE_JAR_CACHE"):
+            continue
+        keys = name[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{name}: conflicts with another override")
+            node = nxt
+        # Secrets stay strings; everything else is a YAML scalar (numbers, booleans, lists).
+        node[keys[-1]] = raw if keys[-1] in SECRET_FIELDS else yaml.safe_load(raw)
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"{where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Read ``path`` (or ``$TIDELAKE_CONFIG``, or nothing), apply env overrides, validate.
+
+    Raises :class:`ConfigError` naming each bad field's dotted path and the reason.
+    """
+    env = dict(os.environ if environ is None else environ)
+    path = path or env.get("TIDELAKE_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping")
+        data = loaded or {}
+        _reject_secrets_in_file(data)
+    data = _merge(data, _env_overrides(env))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc

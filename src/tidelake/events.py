@@ -1,0 +1,146 @@
+"""The one internal model: a committed change of one source table, with its ordering position.
+
+Every wire format decodes into :class:`ChangeEvent`; every later stage (staging, ingest,
+verification) works on it and nothing else. See DESIGN.md §1–§2.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+#: Width of one encoded position component: 20 digits hold any unsigned 64-bit integer.
+_PART_WIDTH = 20
+
+
+class Op(enum.StrEnum):
+    """What a change event does to its table."""
+
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+    DDL = "ddl"
+
+    @property
+    def is_row_change(self) -> bool:
+        return self is not Op.DDL
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """Total order of the changes of one source, in commit order (DESIGN.md §2).
+
+    A tuple of unsigned integers compared left to right: for TiDB ``(commitTs, stream
+    sequence, row index)``, for MySQL ``(binlog file number, transaction offset, row index)``,
+    for PostgreSQL ``(commit LSN, index in transaction)``. One source always produces
+    positions of the same shape, so the fixed-width string encoding (:meth:`encode`) sorts
+    exactly like the tuple; Hudi merges on that string.
+    """
+
+    parts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a position needs at least one component")
+        for p in self.parts:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0 or p >= 10**_PART_WIDTH:
+                raise ValueError(f"position component out of range: {p!r}")
+
+    def encode(self) -> str:
+        """Fixed-width decimal text whose string order equals the tuple order."""
+        return ".".join(f"{p:0{_PART_WIDTH}d}" for p in self.parts)
+
+    @classmethod
+    def decode(cls, text: str) -> Position:
+        try:
+            return cls(tuple(int(p) for p in text.split(".")))
+        except ValueError as exc:
+            raise ValueError(f"not an encoded position: {text!r}") from exc
+
+    def __str__(self) -> str:
+        return ":".join(str(p) for p in self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One committed change of one row (or one DDL statement) of a source table.
+
+    ``key`` holds the primary-key values of the row the event applies to: for an INSERT or
+    UPDATE the new row, for a DELETE the deleted row. Values are kept as the wire format
+    carried them (canal-json carries text); ``column_types`` holds the source SQL type of each
+    column (``"decimal(38,10)"``, ``"bigint unsigned"``, ...) so the lake can type them.
+    """
+
+    source: str
+    database: str
+    table: str
+    op: Op
+    position: Position
+    pk: tuple[str, ...] = ()
+    key: dict[str, Any] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    commit_ts_ms: int | None = None
+    column_types: dict[str, str] = field(default_factory=dict)
+    ddl: str | None = None
+    ddl_type: str | None = None
+    #: JetStream stream sequence of the message that carried the event (set by the stager).
+    seq: int = 0
+
+    @property
+    def table_id(self) -> str:
+        """``database.table``: the name of the source table, and of its Hudi table."""
+        return f"{self.database}.{self.table}"
+
+    @property
+    def row(self) -> dict[str, Any] | None:
+        """The row image the lake keeps: ``after`` for an upsert, ``before`` for a delete."""
+        return self.before if self.op is Op.DELETE else self.after
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; the staged-file line format (see ``stage/batch.py``)."""
+        return {
+            "source": self.source,
+            "database": self.database,
+            "table": self.table,
+            "op": self.op.value,
+            "position": self.position.encode(),
+            "pk": list(self.pk),
+            "key": self.key,
+            "before": self.before,
+            "after": self.after,
+            "commit_ts_ms": self.commit_ts_ms,
+            "column_types": self.column_types,
+            "ddl": self.ddl,
+            "ddl_type": self.ddl_type,
+            "seq": self.seq,
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChangeEvent:
+        return cls(
+            source=d["source"],
+            database=d["database"],
+            table=d["table"],
+            op=Op(d["op"]),
+            position=Position.decode(d["position"]),
+            pk=tuple(d.get("pk") or ()),
+            key=d.get("key"),
+            before=d.get("before"),
+            after=d.get("after"),
+            commit_ts_ms=d.get("commit_ts_ms"),
+            column_types=d.get("column_types") or {},
+            ddl=d.get("ddl"),
+            ddl_type=d.get("ddl_type"),
+            seq=int(d.get("seq") or 0),
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> ChangeEvent:
+        return cls.from_dict(orjson.loads(data))

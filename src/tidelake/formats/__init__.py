@@ -1,0 +1,1 @@
+"""Wire formats: each decodes messages into ChangeEvent."""

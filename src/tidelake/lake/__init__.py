@@ -1,0 +1,1 @@
+"""Lake writer: PySpark + Apache Hudi ingest with the checkpoint inside each commit."""

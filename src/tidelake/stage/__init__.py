@@ -1,0 +1,1 @@
+"""Stager: JetStream pull consumer -> staged batch files + manifests."""

@@ -1,0 +1,1 @@
+"""The order-workload generator used by the demo and the benchmarks."""
