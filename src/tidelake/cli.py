@@ -54,6 +54,27 @@ def config_check(
     console.print_json(orjson.dumps(cfg.masked()).decode())
 
 
+@app.command()
+def demo(
+    events: Annotated[int, typer.Option(help="change events to publish")] = 50_000,
+    rate: Annotated[float, typer.Option(help="events per second")] = 2_000.0,
+    seed: Annotated[int, typer.Option(help="workload seed (same seed, same events)")] = 7,
+    home: Annotated[Path, typer.Option(help="demo data directory (wiped first)")] = Path(
+        ".tidelake/demo"
+    ),
+    json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
+) -> None:
+    """Run the whole pipeline on embedded defaults and verify the lake row by row."""
+    from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
+
+    out = err_console if json else console
+    result = run_demo(DemoOptions(events=events, rate=rate, seed=seed, home=home), out)
+    render_summary(result, out)
+    if json:
+        _print_json(result.to_json())
+    raise typer.Exit(0 if result.ok else 1)
+
+
 def main() -> None:
     app()
 

@@ -67,8 +67,9 @@ class Publisher:
                 ack = await asyncio.wait_for(fut, self._timeout_s)
             except Exception:
                 # Lost PubAck (timeout, reconnect): publish again with the same Nats-Msg-Id;
-                # JetStream drops it if the first one was stored. Order is kept because
-                # nothing later is reported before this one.
+                # JetStream drops it if the first one was stored. One connection loses only
+                # a suffix of what it sent, so every later in-flight message fails too and
+                # is republished after this one: stream order stays call order.
                 ack = await self._republish(subject, payload, headers)
             self._in_flight.popleft()
             self.published += 1

@@ -1,0 +1,1 @@
+"""Running the stages together: child-process supervision, the demo."""
