@@ -33,21 +33,21 @@ class _Model(BaseModel):
 class TlsConfig(_Model):
     """TLS towards an external NATS server; paths to PEM files."""
 
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
+    ca_file: Path | None = Field(None, description="CA bundle that signs the server certificate")
+    cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
+    key_file: Path | None = Field(None, description="client private key (mutual TLS)")
 
 
 class AuthConfig(_Model):
     """NATS credentials. Secrets only from the environment or files."""
 
-    user: str | None = None
+    user: str | None = Field(None, description="user name (password from env or file)")
     password: SecretStr | None = Field(None, description="env TIDELAKE_BUS__AUTH__PASSWORD")
-    password_file: Path | None = None
+    password_file: Path | None = Field(None, description="file holding the password")
     token: SecretStr | None = Field(None, description="env TIDELAKE_BUS__AUTH__TOKEN")
-    token_file: Path | None = None
+    token_file: Path | None = Field(None, description="file holding the token")
     creds_file: Path | None = Field(None, description="NATS .creds file (JWT + nkey seed)")
-    nkey_seed_file: Path | None = None
+    nkey_seed_file: Path | None = Field(None, description="nkey seed file (nkey auth)")
 
     def resolved_password(self) -> str | None:
         return _secret(self.password, self.password_file)
@@ -59,39 +59,39 @@ class AuthConfig(_Model):
 class StreamConfig(_Model):
     """The JetStream CDC stream every producer publishes to."""
 
-    name: str = "TIDELAKE_CDC"
-    subjects: list[str] = ["cdc.>"]
+    name: str = Field("TIDELAKE_CDC", description="JetStream stream name")
+    subjects: list[str] = Field(["cdc.>"], description="subjects producers publish to")
     max_age_s: float = Field(7 * 24 * 3600, gt=0, description="how long messages are kept")
     max_bytes: int = Field(-1, description="stream size limit in bytes; -1 = unlimited")
     duplicate_window_s: float = Field(
         120, gt=0, description="Nats-Msg-Id de-duplication window (DESIGN.md §3 rule 2)"
     )
-    replicas: int = Field(1, ge=1, le=5)
+    replicas: int = Field(1, ge=1, le=5, description="stream replicas (clustered NATS)")
 
 
 class DlqConfig(_Model):
     """The dead-letter stream: messages that cannot be decoded or exhausted MaxDeliver."""
 
-    name: str = "TIDELAKE_DLQ"
-    subject_prefix: str = "dlq"
-    max_age_s: float = Field(30 * 24 * 3600, gt=0)
+    name: str = Field("TIDELAKE_DLQ", description="dead-letter stream name")
+    subject_prefix: str = Field("dlq", description="DLQ subject = <prefix>.<original subject>")
+    max_age_s: float = Field(30 * 24 * 3600, gt=0, description="how long dead letters are kept")
 
 
 class ConsumerConfig(_Model):
     """The stager's durable pull consumer on the CDC stream."""
 
-    durable: str = "tidelake-stager"
-    ack_wait_s: float = Field(60, gt=0)
+    durable: str = Field("tidelake-stager", description="durable consumer name")
+    ack_wait_s: float = Field(60, gt=0, description="redelivery after this long without an ack")
     max_deliver: int = Field(5, ge=1, description="deliveries before a message is dead-lettered")
-    max_ack_pending: int = Field(200_000, ge=1)
-    filter_subject: str | None = None
+    max_ack_pending: int = Field(200_000, ge=1, description="unacked messages in flight, at most")
+    filter_subject: str | None = Field(None, description="consume only this subject filter")
 
 
 class EmbeddedNatsConfig(_Model):
     """The nats-server child process used when ``bus.url`` is not set."""
 
-    binary: str = "nats-server"
-    host: Literal["127.0.0.1"] = "127.0.0.1"
+    binary: str = Field("nats-server", description="nats-server executable")
+    host: Literal["127.0.0.1"] = Field("127.0.0.1", description="embedded server binds loopback")
     port: int = Field(0, ge=0, le=65535, description="0 = a free port")
     store_dir: Path | None = Field(None, description="default: <home>/nats")
 
@@ -101,18 +101,20 @@ class BusConfig(_Model):
 
     url: str | None = Field(None, description="nats://host:port; unset = embedded server")
     auth: AuthConfig = AuthConfig()
-    tls: TlsConfig | None = None
+    tls: TlsConfig | None = Field(None, description="TLS towards the server; unset = plain")
     embedded: EmbeddedNatsConfig = EmbeddedNatsConfig()
     stream: StreamConfig = StreamConfig()
     dlq: DlqConfig = DlqConfig()
     consumer: ConsumerConfig = ConsumerConfig()
-    connect_timeout_s: float = Field(5, gt=0)
+    connect_timeout_s: float = Field(5, gt=0, description="connect timeout per attempt")
 
 
 class StageConfig(_Model):
     """The stager: how batches are cut and where they are written."""
 
-    root: str | None = Field(None, description="local path or s3://bucket/prefix; default <home>/staging")
+    root: str | None = Field(
+        None, description="local path or s3://bucket/prefix; default <home>/staging"
+    )
     max_events: int = Field(50_000, ge=1, description="cut a batch at this many messages")
     max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="... or this many payload bytes")
     max_age_s: float = Field(1.0, gt=0, description="... or when its first message is this old")
@@ -122,18 +124,22 @@ class StageConfig(_Model):
 class SparkConfig(_Model):
     """The one Spark session of the ingest (lake/spark.py)."""
 
-    master: str = "local[*]"
-    driver_memory: str = "3g"
-    shuffle_partitions: int = Field(4, ge=1)
-    jar_cache: Path | None = Field(None, description="default: <repo>/.cache/jars or TIDELAKE_JAR_CACHE")
-    conf: dict[str, str] = {}
+    master: str = Field("local[*]", description="Spark master URL (spark://..., yarn, ...)")
+    driver_memory: str = Field("3g", description="spark.driver.memory")
+    shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions")
+    jar_cache: Path | None = Field(
+        None, description="default: <repo>/.cache/jars or TIDELAKE_JAR_CACHE"
+    )
+    conf: dict[str, str] = Field({}, description="extra Spark settings, applied last")
 
 
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
     root: str | None = Field(None, description="local path or s3a://...; default <home>/lake")
-    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = "COPY_ON_WRITE"
+    table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = Field(
+        "COPY_ON_WRITE", description="Hudi table type of new tables"
+    )
     partition_by: dict[str, list[str]] = Field(
         {}, description="per table 'db.table': partition columns; none by default"
     )
@@ -151,8 +157,8 @@ class IngestConfig(_Model):
 class ApiConfig(_Model):
     """``tidelake serve``."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(8321, ge=1, le=65535)
+    host: str = Field("127.0.0.1", description="bind address; off loopback needs a token")
+    port: int = Field(8321, ge=1, le=65535, description="HTTP port")
     token: SecretStr | None = Field(None, description="env TIDELAKE_API__TOKEN")
 
     @model_validator(mode="after")
@@ -171,7 +177,9 @@ class Config(_Model):
     lake: LakeConfig = LakeConfig()
     ingest: IngestConfig = IngestConfig()
     api: ApiConfig = ApiConfig()
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="structlog level of every stage"
+    )
 
     @property
     def stage_root(self) -> str:
@@ -205,8 +213,7 @@ def _reject_secrets_in_file(data: Any, path: str = "") -> None:
             if k in SECRET_FIELDS and v is not None:
                 env = ENV_PREFIX + where.upper().replace(".", "__")
                 raise ConfigError(
-                    f"{where}: secrets are not read from the config file; "
-                    f"set {env} or use {k}_file"
+                    f"{where}: secrets are not read from the config file; set {env} or use {k}_file"
                 )
             _reject_secrets_in_file(v, where)
 
@@ -271,3 +278,33 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from exc
+
+
+def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted path, default, description)`` for every setting: docs/configuration.md."""
+    rows: list[tuple[str, str, str]] = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        models = [
+            a
+            for a in (info.annotation, *getattr(info.annotation, "__args__", ()))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if models:
+            if info.description:
+                rows.append((path, "(section)", info.description))
+            rows.extend(reference_rows(models[0], f"{path}."))
+            continue
+        default = info.get_default(call_default_factory=True)
+        shown = "(env only)" if name in SECRET_FIELDS else repr(default).replace("PosixPath", "")
+        rows.append((path, shown, info.description or ""))
+    return rows
+
+
+def reference_markdown() -> str:
+    """The settings table of docs/configuration.md, generated from the models."""
+    lines = ["| setting | default | meaning |", "|---|---|---|"]
+    for path, default, desc in reference_rows():
+        env = ENV_PREFIX + path.upper().replace(".", "__")
+        lines.append(f"| `{path}` (`{env}`) | `{default}` | {desc} |")
+    return "\n".join(lines) + "\n"
