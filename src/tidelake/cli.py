@@ -75,6 +75,30 @@ def demo(
     raise typer.Exit(0 if result.ok else 1)
 
 
+@app.command()
+def stage(
+    config: ConfigOption = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="stage what is pending, then exit (for tests, cron)")
+    ] = False,
+) -> None:
+    """Stage CDC messages from JetStream into batch files + manifests until SIGTERM/SIGINT."""
+    import asyncio
+
+    from tidelake.errors import BusError
+    from tidelake.stage.consumer import run_stager
+
+    cfg = _load(config)
+    if not cfg.bus.url:
+        err_console.print("[bold red]`stage` needs bus.url[/] (or TIDELAKE_BUS__URL)")
+        raise typer.Exit(2)
+    try:
+        asyncio.run(run_stager(cfg, once=once))
+    except BusError as exc:
+        err_console.print(f"[bold red]bus error[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
 def main() -> None:
     app()
 

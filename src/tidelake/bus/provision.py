@@ -1,0 +1,174 @@
+"""Create-or-update the CDC stream, the dead-letter stream and the stager's durable consumer.
+
+Every function here is idempotent: it reads what exists, compares the fields tidelake owns
+and only then creates or updates; running it twice changes nothing.
+
+MaxDeliver. The consumer is created with the server's ``max_deliver`` unlimited (-1) on
+purpose. With a server-side limit, JetStream stops delivering a message after its last
+delivery whether or not it was acked: a stager killed while holding that delivery (a crash
+loop, a "poison batch") would lose the message silently. Instead the stager enforces
+``bus.consumer.max_deliver`` itself: a message delivered that many times is sent to the DLQ
+(reason ``max_deliver``) without being decoded, durably, before it is acked. A crash at any
+point leads to one more delivery, never to a loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nats.js.errors
+import structlog
+from nats.js import JetStreamContext, api
+
+from tidelake.config import BusConfig
+from tidelake.errors import BusError
+
+log = structlog.get_logger(__name__)
+
+#: Server-side MaxDeliver of the stager's consumer: unlimited (see the module docstring).
+SERVER_MAX_DELIVER = -1
+#: Seconds; durations are compared with this tolerance (the server keeps nanoseconds).
+_DURATION_TOLERANCE_S = 1e-3
+
+
+def cdc_stream_config(cfg: BusConfig) -> api.StreamConfig:
+    s = cfg.stream
+    return api.StreamConfig(
+        name=s.name,
+        subjects=list(s.subjects),
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        discard=api.DiscardPolicy.OLD,
+        max_age=s.max_age_s,
+        max_bytes=s.max_bytes,
+        duplicate_window=s.duplicate_window_s,
+        num_replicas=s.replicas,
+    )
+
+
+def dlq_stream_config(cfg: BusConfig) -> api.StreamConfig:
+    d = cfg.dlq
+    return api.StreamConfig(
+        name=d.name,
+        subjects=[f"{d.subject_prefix}.>"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        discard=api.DiscardPolicy.OLD,
+        max_age=d.max_age_s,
+        max_bytes=-1,
+        duplicate_window=cfg.stream.duplicate_window_s,
+        num_replicas=cfg.stream.replicas,
+    )
+
+
+def consumer_config(cfg: BusConfig) -> api.ConsumerConfig:
+    c = cfg.consumer
+    return api.ConsumerConfig(
+        name=c.durable,
+        durable_name=c.durable,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=c.ack_wait_s,
+        max_deliver=SERVER_MAX_DELIVER,
+        max_ack_pending=c.max_ack_pending,
+        filter_subject=c.filter_subject,
+        replay_policy=api.ReplayPolicy.INSTANT,
+    )
+
+
+def _differences(want: Any, have: Any, fields: tuple[str, ...]) -> list[str]:
+    out = []
+    for f in fields:
+        w, h = getattr(want, f), getattr(have, f)
+        if isinstance(w, float | int) and isinstance(h, float | int) and not isinstance(w, bool):
+            if abs(float(w) - float(h)) > _DURATION_TOLERANCE_S:
+                out.append(f)
+        elif w != h:
+            out.append(f)
+    return out
+
+
+_STREAM_FIELDS = (
+    "subjects",
+    "retention",
+    "storage",
+    "discard",
+    "max_age",
+    "max_bytes",
+    "duplicate_window",
+    "num_replicas",
+)
+#: Changing these needs the stream to be recreated; tidelake refuses rather than lose data.
+_STREAM_FIXED = frozenset({"retention", "storage"})
+
+_CONSUMER_FIELDS = (
+    "deliver_policy",
+    "ack_policy",
+    "ack_wait",
+    "max_deliver",
+    "max_ack_pending",
+    "filter_subject",
+)
+_CONSUMER_FIXED = frozenset({"deliver_policy", "ack_policy", "filter_subject"})
+
+
+async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> api.StreamInfo:
+    """Create the stream, or update the fields that differ; nothing when it already matches."""
+    assert want.name is not None
+    try:
+        info = await js.stream_info(want.name)
+    except nats.js.errors.NotFoundError:
+        info = await js.add_stream(want)
+        log.info("stream created", stream=want.name, subjects=want.subjects)
+        return info
+    diff = _differences(want, info.config, _STREAM_FIELDS)
+    if not diff:
+        return info
+    fixed = sorted(_STREAM_FIXED.intersection(diff))
+    if fixed:
+        raise BusError(
+            f"stream {want.name}: {', '.join(fixed)} differ from the config and cannot be "
+            "changed in place; recreate the stream on purpose"
+        )
+    info = await js.update_stream(want)
+    log.info("stream updated", stream=want.name, fields=diff)
+    return info
+
+
+async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> tuple[api.StreamInfo, ...]:
+    """The CDC stream and the dead-letter stream, as configured."""
+    try:
+        cdc = await ensure_stream(js, cdc_stream_config(cfg))
+        dlq = await ensure_stream(js, dlq_stream_config(cfg))
+    except nats.js.errors.Error as exc:
+        raise BusError(f"cannot provision streams: {exc}") from exc
+    return cdc, dlq
+
+
+async def ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerInfo:
+    """The stager's durable pull consumer on the CDC stream (explicit ack)."""
+    want = consumer_config(cfg)
+    stream = cfg.stream.name
+    assert want.durable_name is not None
+    info: api.ConsumerInfo
+    try:
+        try:
+            info = await js.consumer_info(stream, want.durable_name)
+        except nats.js.errors.NotFoundError:
+            info = await js.add_consumer(stream, want)
+            log.info("consumer created", stream=stream, durable=want.durable_name)
+            return info
+        diff = _differences(want, info.config, _CONSUMER_FIELDS)
+        if not diff:
+            return info
+        fixed = sorted(_CONSUMER_FIXED.intersection(diff))
+        if fixed:
+            raise BusError(
+                f"consumer {want.durable_name}: {', '.join(fixed)} differ from the config and "
+                "cannot be changed in place; delete the consumer on purpose"
+            )
+        info = await js.add_consumer(stream, want)  # 2.9+: same name = update
+        log.info("consumer updated", durable=want.durable_name, fields=diff)
+        return info
+    except nats.js.errors.Error as exc:
+        raise BusError(f"cannot provision consumer {want.durable_name}: {exc}") from exc

@@ -1,0 +1,315 @@
+"""The stager: durable pull consumer on the CDC stream -> staged batches (DESIGN.md §1, §4).
+
+The loop, and why each step comes where it does:
+
+1. fetch up to ``stage.fetch_batch`` messages from the durable consumer;
+2. per message: decode it. Events are added to the batch; a message that carries no row is
+   counted as skipped; a message that cannot be decoded is republished to the DLQ stream
+   (``<dlq.subject_prefix>.<original subject>``, headers in :mod:`tidelake.bus.dlq`) and
+   counted only once the DLQ PubAck is in: the copy must be durable before the original
+   can be acked with its batch;
+3. when the batch is cut (count, bytes, age, or a DDL barrier): write its files, THEN its
+   manifest (durable: from here on the batch exists), THEN ack every message of the batch
+   and flush the connection so the acks reach the server.
+
+A crash before step 3 completes only means redelivery: the batch is staged again and shows
+up as a second manifest whose sequence range overlaps the first (the ingest skips what its
+checkpoint holds; DESIGN.md §3).
+
+Poison batches. The consumer's server-side MaxDeliver is unlimited (see
+:mod:`tidelake.bus.provision`); this loop enforces ``bus.consumer.max_deliver``: a message
+delivered more than ``max_deliver`` times (the stager kept dying, or stalling past AckWait,
+while holding it) is dead-lettered with reason ``max_deliver`` *without being decoded*,
+which breaks a crash loop caused by the message itself. Decoding failures, including a
+decoder bug raising something other than :class:`DecodeError`, are dead-lettered on the
+first delivery.
+
+Test-only hook: ``TIDELAKE_TEST_CRASH_AT=after_files`` (between the data files and the
+manifest) or ``after_manifest`` (between the manifest and the acks) makes the process
+``SIGKILL`` itself at exactly that point, the first time it gets there. The chaos tests use
+it; it must never be set in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.msg import Msg
+
+from tidelake.bus import dlq
+from tidelake.config import BusConfig, Config, StageConfig
+from tidelake.errors import BusError, DecodeError
+from tidelake.formats import Decoded
+from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
+from tidelake.stage.manifest import Manifest
+from tidelake.stage.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js import JetStreamContext
+
+log = structlog.get_logger(__name__)
+
+#: ``decode(payload, *, seq=...)``: the wire-format entry point (``tidelake.formats.decode``).
+DecodeFn = Callable[..., Decoded]
+
+#: The message key (Kafka key of a Debezium producer), handed to the decoder.
+KEY_HEADER = "Tidelake-Key"
+
+CRASH_HOOK_ENV = "TIDELAKE_TEST_CRASH_AT"
+CRASH_POINTS = frozenset({"after_files", "after_manifest"})
+
+#: Seconds a fetch waits when the batch is empty (bounds how fast a stop request is seen).
+IDLE_FETCH_S = 1.0
+#: ... in ``--once`` mode, where an empty fetch means "maybe drained".
+ONCE_FETCH_S = 0.3
+#: Shortest fetch: nats-py refuses a zero timeout.
+MIN_FETCH_S = 0.01
+#: DLQ publish attempts before the stager gives up (and its batch is redelivered later).
+DLQ_ATTEMPTS = 5
+
+
+@dataclass
+class StagerStats:
+    """Counters of one stager process (exposed as Prometheus metrics by the API)."""
+
+    received: int = 0
+    staged: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    batches: int = 0
+    redelivered: int = 0
+    rows_by_table: Counter[str] = field(default_factory=Counter)
+    dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
+    last_seq: int = 0
+
+    def add_batch(self, batch: Batch[Msg], manifest: Manifest) -> None:
+        self.batches += 1
+        self.received += manifest.received
+        self.staged += manifest.staged
+        self.dead_lettered += manifest.dead_lettered
+        self.skipped += manifest.skipped
+        self.rows_by_table.update({t.table_id: t.events for t in manifest.tables})
+        self.last_seq = max(self.last_seq, manifest.seq_last)
+
+
+def _default_decoder() -> DecodeFn:
+    from tidelake import formats
+
+    fn: DecodeFn = formats.decode
+    return fn
+
+
+class Stager:
+    """Pull, decode, batch, flush, ack; until :meth:`stop` (or drained, with ``once``)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        bus: BusConfig,
+        stage: StageConfig,
+        storage: Storage,
+        *,
+        decode: DecodeFn | None = None,
+    ) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.bus = bus
+        self.stage = stage
+        self.storage = storage
+        self.limits = BatchLimits.from_config(stage)
+        self.decode = decode or _default_decoder()
+        self.stats = StagerStats()
+        self._stop = asyncio.Event()
+        self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
+        if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
+            raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
+
+    # -- control ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop fetching; the current batch is finished (flushed and acked) before exit."""
+        if not self._stop.is_set():
+            log.info("stager stopping: finishing the current batch")
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self, *, once: bool = False) -> StagerStats:
+        """Stage until stopped; with ``once``, until the consumer has nothing left for us."""
+        psub = await self.js.pull_subscribe_bind(
+            durable=self.bus.consumer.durable, stream=self.bus.stream.name
+        )
+        batch: Batch[Msg] = Batch(self.limits)
+        try:
+            while not self.stopping:
+                want = min(self.stage.fetch_batch, batch.room())
+                if batch:
+                    timeout = max(MIN_FETCH_S, batch.time_left_s())
+                else:
+                    timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
+                try:
+                    msgs = await psub.fetch(want, timeout=timeout)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    msgs = []
+                for msg in msgs:
+                    await self._take(batch, msg)
+                    if batch.closed or batch.is_due():
+                        await self._finish(batch)
+                        batch = Batch(self.limits)
+                if batch.is_due() or (batch and (not msgs or self.stopping) and once):
+                    await self._finish(batch)
+                    batch = Batch(self.limits)
+                if once and not msgs and not batch and await self._drained():
+                    break
+            if batch:
+                await self._finish(batch)
+        finally:
+            await psub.unsubscribe()
+        log.info(
+            "stager stopped",
+            received=self.stats.received,
+            staged=self.stats.staged,
+            dead_lettered=self.stats.dead_lettered,
+            skipped=self.stats.skipped,
+            batches=self.stats.batches,
+        )
+        return self.stats
+
+    async def _drained(self) -> bool:
+        """Nothing pending and nothing awaiting an ack (ours are flushed)."""
+        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
+        return not info.num_pending and not info.num_ack_pending
+
+    async def _take(self, batch: Batch[Msg], msg: Msg) -> None:
+        md = msg.metadata
+        seq = md.sequence.stream
+        deliveries = md.num_delivered
+        size = len(msg.data)
+        if deliveries > 1:
+            self.stats.redelivered += 1
+        if deliveries > self.bus.consumer.max_deliver:
+            reason = f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times"
+            await self._dead_letter(msg, seq, deliveries, reason)
+            batch.add_dead_lettered(msg, seq, size, reason)
+            return
+        key = msg.headers.get(KEY_HEADER) if msg.headers else None
+        try:
+            decoded = self.decode(msg.data, seq=seq, key_json=key.encode() if key else None)
+        except DecodeError as exc:
+            await self._dead_letter(msg, seq, deliveries, exc.reason)
+            batch.add_dead_lettered(msg, seq, size, exc.reason)
+            return
+        except Exception as exc:  # a decoder bug: isolate the message, do not crash-loop
+            reason = f"decoder_error: {type(exc).__name__}: {exc}"
+            log.exception("decoder failed unexpectedly", seq=seq, subject=msg.subject)
+            await self._dead_letter(msg, seq, deliveries, reason)
+            batch.add_dead_lettered(msg, seq, size, reason)
+            return
+        if decoded.events:
+            batch.add_events(msg, seq, size, decoded.events)
+        else:
+            batch.add_skipped(msg, seq, size, decoded.skipped or "empty")
+
+    async def _dead_letter(self, msg: Msg, seq: int, deliveries: int, reason: str) -> None:
+        """Publish a copy to the DLQ stream and wait for its PubAck (durable before the ack)."""
+        subject = dlq.dlq_subject(self.bus.dlq.subject_prefix, msg.subject)
+        headers = dlq.dlq_headers(reason, msg.subject, seq, deliveries)
+        delay = 0.2
+        for attempt in range(1, DLQ_ATTEMPTS + 1):
+            try:
+                await self.js.publish(subject, msg.data, headers=headers, stream=self.bus.dlq.name)
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError) as exc:
+                if attempt == DLQ_ATTEMPTS:
+                    raise BusError(f"cannot publish message {seq} to the DLQ: {exc!r}") from exc
+                await asyncio.sleep(delay)
+                delay *= 2
+            except nats.js.errors.APIError as exc:
+                raise BusError(f"DLQ stream refused message {seq}: {exc}") from exc
+        self.stats.dead_lettered_by_reason[reason_bucket(reason)] += 1
+        log.warning("dead-lettered", seq=seq, subject=msg.subject, reason=reason[:200])
+
+    async def _finish(self, batch: Batch[Msg]) -> Manifest:
+        """Files, then manifest (durable), then the acks of every message of the batch."""
+        started = time.monotonic()
+        manifest = await asyncio.to_thread(
+            batch.flush, self.storage, after_files=self._hook("after_files")
+        )
+        self._hook("after_manifest")()
+        for msg in batch.messages:
+            await msg.ack()
+        try:
+            await self.nc.flush(timeout=10)
+        except (nats.errors.TimeoutError, TimeoutError) as exc:
+            # Not fatal: an ack that never arrived means one more delivery, staged again.
+            log.warning("acks not confirmed by a flush", error=repr(exc))
+        self.stats.add_batch(batch, manifest)
+        log.info(
+            "batch staged",
+            batch_id=manifest.batch_id,
+            seq_first=manifest.seq_first,
+            seq_last=manifest.seq_last,
+            received=manifest.received,
+            staged=manifest.staged,
+            dead_lettered=manifest.dead_lettered,
+            skipped=manifest.skipped,
+            tables=len(manifest.tables),
+            ddl=len(manifest.ddl),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return manifest
+
+    def _hook(self, point: str) -> Callable[[], None]:
+        """The test-only crash hook (see the module docstring); a no-op unless armed."""
+        if self._crash_at != point:
+            return _noop
+
+        def crash() -> None:
+            log.warning("test crash hook: SIGKILL", point=point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        return crash
+
+
+def _noop() -> None:
+    return None
+
+
+async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:
+    """``tidelake stage``: connect, provision streams and consumer, stage until signalled."""
+    from tidelake.bus.connection import connect
+    from tidelake.bus.provision import ensure_consumer, ensure_streams
+
+    target = url or cfg.bus.url
+    if not target:
+        raise BusError("`tidelake stage` needs bus.url (TIDELAKE_BUS__URL); it starts no server")
+    nc = await connect(cfg.bus, target)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, cfg.bus)
+        await ensure_consumer(js, cfg.bus)
+        stager = Stager(nc, cfg.bus, cfg.stage, open_storage(cfg.stage_root))
+        stager.install_signal_handlers()
+        return await stager.run(once=once)
+    finally:
+        await nc.close()
