@@ -132,7 +132,7 @@ def _freshness(published: _Published, commits: list[dict[str, Any]]) -> list[flo
     return out
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def _percentile(values: list[float], q: int) -> float | None:
     if not values:
         return None
     if len(values) == 1:
