@@ -99,6 +99,17 @@ def stage(
         raise typer.Exit(1) from exc
 
 
+@app.command()
+def run(
+    config: ConfigOption = None,
+    interval: Annotated[float, typer.Option(help="ingest idle pause, seconds")] = 1.0,
+) -> None:
+    """Run every stage here, supervised: embedded NATS (unless bus.url), stager, ingest."""
+    from tidelake.pipeline.run import run_pipeline
+
+    raise typer.Exit(run_pipeline(_load(config), config, interval_s=interval))
+
+
 def main() -> None:
     app()
 
