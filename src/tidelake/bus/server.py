@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -50,11 +51,14 @@ class EmbeddedNats:
         binary: str = "nats-server",
         host: str = "127.0.0.1",
         startup_timeout_s: float = 15.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.store_dir = Path(store_dir).resolve()
         self.host = host
         self.binary = binary
         self.startup_timeout_s = startup_timeout_s
+        #: More ``nats-server`` flags (``--user``/``--pass``, ``--tls…``); tests use them.
+        self.extra_args = tuple(extra_args)
         self._requested_port = port
         self._port: int | None = None
         self._monitor_port: int | None = None
@@ -107,6 +111,7 @@ class EmbeddedNats:
             "-m", str(self._monitor_port),
             "-js",
             "-sd", str(self.store_dir),
+            *self.extra_args,
         ]  # fmt: skip
         with self.log_path.open("ab") as logf:
             self._proc = subprocess.Popen(

@@ -164,7 +164,7 @@ class Stager:
             while not self.stopping:
                 want = min(self.stage.fetch_batch, batch.room())
                 if batch:
-                    timeout = max(MIN_FETCH_S, batch.time_left_s())
+                    timeout = min(IDLE_FETCH_S, max(MIN_FETCH_S, batch.time_left_s()))
                 else:
                     timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
                 try:
