@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from golden import Case, fold_events, load_cases, sorted_expected
 
+from golden import Case, fold_events, load_cases, sorted_expected
 from tidelake.events import ChangeEvent
 from tidelake.formats import decode
 

@@ -1,0 +1,287 @@
+"""Debezium envelopes and ExtractNewRecordState rows decode into the one event model."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+import pytest
+
+from tidelake.errors import DecodeError
+from tidelake.events import Op, Position
+from tidelake.formats import decode
+
+KEY = b'{"id": 1}'
+MYSQL_SOURCE = {
+    "connector": "mysql",
+    "db": "shop",
+    "table": "t",
+    "file": "mysql-bin.000042",
+    "pos": 7000,
+    "row": 2,
+    "ts_ms": 1714929186000,
+}
+PG_SOURCE = {
+    "connector": "postgresql",
+    "db": "shopdb",
+    "schema": "public",
+    "table": "t",
+    "lsn": 24023128,
+    "sequence": '["24023119","24023128"]',
+    "ts_ms": 1714929186001,
+}
+
+
+def envelope(
+    op: str, before: Any = None, after: Any = None, source: Any = None, **extra: Any
+) -> bytes:
+    """A bare Debezium envelope."""
+    m = {"before": before, "after": after, "source": source or MYSQL_SOURCE, "op": op, "ts_ms": 1}
+    m.update(extra)
+    return orjson.dumps(m)
+
+
+def field(column: str, kind: str, **extra: Any) -> dict[str, Any]:
+    """A Connect schema field."""
+    return {"type": kind, "optional": True, **extra, "field": column}
+
+
+@pytest.mark.parametrize(("code", "op"), [("c", Op.INSERT), ("r", Op.INSERT), ("u", Op.UPDATE)])
+def test_row_ops_map_to_event_ops(code: str, op: Op) -> None:
+    """c and r (snapshot read) are inserts, u is an update; the row is after."""
+    decoded = decode(envelope(code, after={"id": 1, "v": "a"}), seq=3, key_json=KEY)
+    expected = [(op, {"id": 1}, {"id": 1, "v": "a"}, ("id",), "shop.t", 3, "debezium")]
+    actual = [(e.op, e.key, e.row, e.pk, e.table_id, e.seq, decoded.format) for e in decoded.events]
+    assert expected == actual
+
+
+def test_delete_row_is_before() -> None:
+    """d deletes the key of the before image."""
+    decoded = decode(envelope("d", before={"id": 1, "v": "a"}), seq=1, key_json=KEY)
+    expected = [(Op.DELETE, {"id": 1}, {"id": 1, "v": "a"})]
+    actual = [(e.op, e.key, e.row) for e in decoded.events]
+    assert expected == actual
+
+
+def test_truncate_is_a_ddl_event() -> None:
+    """t is a TRUNCATE DDL event; it needs no key."""
+    raw = orjson.dumps({"source": MYSQL_SOURCE, "op": "t", "ts_ms": 1})
+    decoded = decode(raw, seq=1)
+    expected = [(Op.DDL, "TRUNCATE", "TRUNCATE TABLE `shop`.`t`")]
+    actual = [(e.op, e.ddl_type, e.ddl) for e in decoded.events]
+    assert expected == actual
+
+
+def test_mysql_position_is_binlog_file_offset_row() -> None:
+    """MySQL: (binlog file number, pos, row, 0); commit time from source.ts_ms."""
+    decoded = decode(envelope("c", after={"id": 1}), seq=1, key_json=KEY)
+    expected = [(Position((42, 7000, 2, 0)), 1714929186000, "debezium-mysql")]
+    actual = [(e.position, e.commit_ts_ms, e.source) for e in decoded.events]
+    assert expected == actual
+
+
+def test_postgres_position_is_commit_lsn_then_lsn() -> None:
+    """PostgreSQL: (lastCommitLsn, lsn, 0) from source.sequence; database is the schema."""
+    decoded = decode(envelope("c", after={"id": 1}, source=PG_SOURCE), seq=1, key_json=KEY)
+    expected = [(Position((24023119, 24023128, 0)), "public.t")]
+    actual = [(e.position, e.table_id) for e in decoded.events]
+    assert expected == actual
+
+
+def test_postgres_without_sequence_uses_lsn() -> None:
+    """Without sequence the event LSN orders: (lsn, 0)."""
+    source = {k: v for k, v in PG_SOURCE.items() if k != "sequence"}
+    decoded = decode(envelope("c", after={"id": 1}, source=source), seq=1, key_json=KEY)
+    expected = [Position((24023128, 0))]
+    actual = [e.position for e in decoded.events]
+    assert expected == actual
+
+
+def test_unknown_connector_falls_back_to_stream_order() -> None:
+    """A connector without a known position: (0, seq, 0)."""
+    source = {"connector": "sqlserver", "db": "shop", "table": "t"}
+    decoded = decode(envelope("c", after={"id": 1}, source=source), seq=77, key_json=KEY)
+    expected = [Position((0, 77, 0))]
+    actual = [e.position for e in decoded.events]
+    assert expected == actual
+
+
+def test_update_with_changed_key_is_delete_then_update() -> None:
+    """op u whose key changed: DELETE of the old key, then UPDATE of the new, in order."""
+    raw = envelope("u", before={"id": 1, "v": "a"}, after={"id": 2, "v": "a"})
+    decoded = decode(raw, seq=1, key_json=b'{"id": 2}')
+    expected = [
+        (Op.DELETE, {"id": 1}, Position((42, 7000, 2, 0))),
+        (Op.UPDATE, {"id": 2}, Position((42, 7000, 2, 1))),
+    ]
+    actual = [(e.op, e.key, e.position) for e in decoded.events]
+    assert expected == actual
+
+
+def test_key_with_connect_schema_orders_composite_key() -> None:
+    """A key with its Connect schema: the schema's field order is the key order."""
+    key = orjson.dumps(
+        {
+            "schema": {"type": "struct", "fields": [field("b", "int32"), field("a", "int32")]},
+            "payload": {"a": 1, "b": 2},
+        }
+    )
+    decoded = decode(envelope("c", after={"a": 1, "b": 2, "v": "x"}), seq=1, key_json=key)
+    expected = [(("b", "a"), {"b": 2, "a": 1})]
+    actual = [(e.pk, e.key) for e in decoded.events]
+    assert expected == actual
+
+
+def test_schema_gives_column_types_and_canal_text_values() -> None:
+    """With a Connect schema: SQL-ish column types, and Decimal / bytes / time values as text."""
+    cols = [
+        field("id", "int64"),
+        field(
+            "amount",
+            "bytes",
+            name="org.apache.kafka.connect.data.Decimal",
+            parameters={"scale": "10", "connect.decimal.precision": "38"},
+        ),
+        field("at", "int64", name="io.debezium.time.Timestamp"),
+        field("at_us", "int64", name="io.debezium.time.MicroTimestamp"),
+        field("zoned", "string", name="io.debezium.time.ZonedTimestamp"),
+        field("day", "int32", name="io.debezium.time.Date"),
+        field("raw", "bytes"),
+        field("doc", "string", name="io.debezium.data.Json"),
+    ]
+    schema = {"type": "struct", "fields": [{"type": "struct", "fields": cols, "field": "after"}]}
+    unscaled = -12345678901234567890
+    after = {
+        "id": 1,
+        "amount": base64.b64encode(unscaled.to_bytes(9, "big", signed=True)).decode(),
+        "at": 1714929186123,
+        "at_us": 1714929186000001,
+        "zoned": "2024-05-05T19:13:06+02:00",
+        "day": 19848,
+        "raw": base64.b64encode(bytes([0, 0x80, 0xFF])).decode(),
+        "doc": '{"a": 1}',
+    }
+    payload = {"before": None, "after": after, "source": MYSQL_SOURCE, "op": "c"}
+    decoded = decode(orjson.dumps({"schema": schema, "payload": payload}), seq=1, key_json=KEY)
+    event = decoded.events[0]
+    expected_types = {
+        "id": "bigint",
+        "amount": "decimal(38,10)",
+        "at": "datetime",
+        "at_us": "datetime",
+        "zoned": "timestamp",
+        "day": "date",
+        "raw": "varbinary",
+        "doc": "json",
+    }
+    expected_row = {
+        "id": 1,
+        "amount": "-1234567890.1234567890",
+        "at": "2024-05-05 17:13:06.123",
+        "at_us": "2024-05-05 17:13:06.000001",
+        "zoned": "2024-05-05 17:13:06",
+        "day": "2024-05-05",
+        "raw": bytes([0, 0x80, 0xFF]).decode("latin-1"),
+        "doc": '{"a": 1}',
+    }
+    expected = (expected_types, expected_row)
+    actual = (event.column_types, event.after)
+    assert expected == actual
+
+
+def test_tombstone_is_skipped() -> None:
+    """A null value (JSON null, or a wrapper with a null payload) is a skipped tombstone."""
+    expected = [("tombstone", []), ("tombstone", [])]
+    actual = [
+        (d.skipped, d.events)
+        for d in (decode(b"null", seq=1), decode(b'{"schema": null, "payload": null}', seq=2))
+    ]
+    assert expected == actual
+
+
+def test_flattened_rows_strip_metadata_and_honour_deleted() -> None:
+    """Flattened: __ fields are metadata; __deleted "true" or true is a delete; __lsn orders."""
+    base = {"__db": "shop", "__table": "t", "__lsn": 99, "__source_ts_ms": 5}
+    rows = [
+        {"id": 1, "v": "a", "__op": "c", "__deleted": "false", **base},
+        {"id": 1, "v": "b", "__op": "u", "__deleted": False, **base},
+        {"id": 1, "v": "b", "__op": "d", "__deleted": "true", **base},
+        {"id": 1, "v": "b", "__deleted": True, **base},
+        {"id": 1, "v": "c", "__deleted": "false", **base},
+    ]
+    decoded = [decode(orjson.dumps(r), seq=i, key_json=KEY) for i, r in enumerate(rows)]
+    expected = [
+        (Op.INSERT, {"id": 1, "v": "a"}, Position((99, 0)), 5, "debezium-flat"),
+        (Op.UPDATE, {"id": 1, "v": "b"}, Position((99, 0)), 5, "debezium-flat"),
+        (Op.DELETE, {"id": 1, "v": "b"}, Position((99, 0)), 5, "debezium-flat"),
+        (Op.DELETE, {"id": 1, "v": "b"}, Position((99, 0)), 5, "debezium-flat"),
+        (Op.UPDATE, {"id": 1, "v": "c"}, Position((99, 0)), 5, "debezium-flat"),
+    ]
+    actual = [
+        (e.op, e.row, e.position, e.commit_ts_ms, d.format) for d in decoded for e in d.events
+    ]
+    assert expected == actual
+
+
+def test_flattened_without_lsn_orders_by_sequence() -> None:
+    """A flattened row without position fields: (0, seq, 0)."""
+    raw = orjson.dumps({"id": 1, "__op": "c", "__db": "shop", "__table": "t"})
+    expected = [Position((0, 12, 0))]
+    actual = [e.position for e in decode(raw, seq=12, key_json=KEY).events]
+    assert expected == actual
+
+
+def test_flattened_mysql_fields_order_by_binlog() -> None:
+    """Flattened with __file/__pos/__row: the MySQL position."""
+    raw = orjson.dumps(
+        {"id": 1, "__op": "c", "__db": "shop", "__table": "t", "__file": "bin.000007",
+         "__pos": 120, "__row": 1}
+    )  # fmt: skip
+    expected = [Position((7, 120, 1, 0))]
+    actual = [e.position for e in decode(raw, seq=1, key_json=KEY).events]
+    assert expected == actual
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "reason"),
+    [
+        (envelope("c", after={"id": 1}), None, "no primary key known for shop.t"),
+        (envelope("c", after={"v": 1}), b'{"id": null}', "NULL or missing primary key column 'id'"),
+        (envelope("c", after=None), KEY, "op c on shop.t without an after image"),
+        (envelope("d", before=None), KEY, "delete of shop.t without a before image"),
+        (envelope("x", after={"id": 1}), KEY, "unknown op 'x'"),
+        (envelope("c", after={"id": 1}), b"[1]", "message key must be a JSON object"),
+        (envelope("c", after={"id": 1}), b"{", "message key is not JSON"),
+        (envelope("c", after={"id": 1}, source={"connector": "mysql", "table": "t"}), KEY,
+         "missing database name"),
+        (envelope("c", after={"id": 1}, source=dict(MYSQL_SOURCE, file="nofile")), KEY,
+         "binlog file name without a number"),
+        (envelope("c", after={"id": 1}, source=dict(PG_SOURCE, sequence="[1]")), KEY,
+         "source.sequence must be a list of two LSNs"),
+        (orjson.dumps({"id": 1, "__deleted": "maybe", "__db": "s", "__table": "t"}), KEY,
+         "__deleted must be true/false"),
+        (orjson.dumps({"id": 1, "__op": "c"}), KEY, "missing database name"),
+    ],
+)  # fmt: skip
+def test_malformed_debezium_is_a_decode_error_with_reason(
+    raw: bytes, key: bytes | None, reason: str
+) -> None:
+    """Each malformation raises DecodeError whose reason says what is wrong."""
+    with pytest.raises(DecodeError) as info:
+        decode(raw, seq=1, key_json=key)
+    expected = True
+    actual = reason in info.value.reason
+    assert expected == actual, info.value.reason
+
+
+def test_bad_decimal_encoding_names_the_column() -> None:
+    """A Decimal value that is not base64 is refused, naming the column."""
+    cols = [field("id", "int64"), field("d", "bytes", name="org.apache.kafka.connect.data.Decimal")]
+    schema = {"type": "struct", "fields": [{"type": "struct", "fields": cols, "field": "after"}]}
+    payload = {"after": {"id": 1, "d": "!!"}, "source": MYSQL_SOURCE, "op": "c"}
+    with pytest.raises(DecodeError) as info:
+        decode(orjson.dumps({"schema": schema, "payload": payload}), seq=1, key_json=KEY)
+    expected = True
+    actual = "column 'd'" in info.value.reason
+    assert expected == actual, info.value.reason
