@@ -143,7 +143,7 @@ def test_watermark_is_skipped() -> None:
     """TIDB_WATERMARK carries no rows: skipped with reason "watermark"."""
     raw = message("TIDB_WATERMARK", database="", table="", pkNames=None, data=None,
                   _tidb={"watermarkTs": COMMIT_TS})  # fmt: skip
-    expected = ([], "watermark", "canal-json")
+    expected: tuple[list[object], str, str] = ([], "watermark", "canal-json")
     decoded = decode(raw, seq=1)
     actual = (decoded.events, decoded.skipped, decoded.format)
     assert expected == actual

@@ -192,7 +192,7 @@ def test_schema_gives_column_types_and_canal_text_values() -> None:
 
 def test_tombstone_is_skipped() -> None:
     """A null value (JSON null, or a wrapper with a null payload) is a skipped tombstone."""
-    expected = [("tombstone", []), ("tombstone", [])]
+    expected: list[tuple[str, list[object]]] = [("tombstone", []), ("tombstone", [])]
     actual = [
         (d.skipped, d.events)
         for d in (decode(b"null", seq=1), decode(b'{"schema": null, "payload": null}', seq=2))

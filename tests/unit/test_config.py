@@ -1,0 +1,93 @@
+"""load_config: defaults, env overrides, clear errors, secrets kept out of files and logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tidelake.config import Config, load_config
+from tidelake.errors import ConfigError
+
+
+def test_no_file_gives_the_defaults() -> None:
+    """With no file and no environment every field keeps its default."""
+    expected = Config().model_dump()
+    actual = load_config(None, environ={}).model_dump()
+    assert expected == actual
+
+
+def test_environment_overrides_a_nested_field() -> None:
+    """TIDELAKE_STAGE__MAX_EVENTS=5 sets stage.max_events, parsed as a number."""
+    expected = 5
+    actual = load_config(None, environ={"TIDELAKE_STAGE__MAX_EVENTS": "5"}).stage.max_events
+    assert expected == actual
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    """An environment override wins over the same field in the file."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("stage:\n  max_events: 100\n  max_age_s: 2.5\n")
+    config = load_config(path, environ={"TIDELAKE_STAGE__MAX_EVENTS": "7"})
+    expected = (7, 2.5)
+    actual = (config.stage.max_events, config.stage.max_age_s)
+    assert expected == actual
+
+
+def test_invalid_field_error_names_its_dotted_path(tmp_path: Path) -> None:
+    """A bad value raises ConfigError naming stage.max_events."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("stage:\n  max_events: lots\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    expected = True
+    actual = str(info.value).startswith("stage.max_events: ")
+    assert expected == actual, str(info.value)
+
+
+def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    """A misspelt key is an error naming it, not silently ignored."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("stage:\n  max_event: 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    expected = True
+    actual = "stage.max_event" in str(info.value)
+    assert expected == actual, str(info.value)
+
+
+def test_file_that_is_not_yaml_is_refused(tmp_path: Path) -> None:
+    """Broken YAML raises ConfigError naming the file."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("stage: [unclosed\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    expected = True
+    actual = str(info.value).startswith(f"{path}: not valid YAML")
+    assert expected == actual, str(info.value)
+
+
+def test_secret_in_the_file_is_refused(tmp_path: Path) -> None:
+    """bus.auth.password in the YAML is rejected, pointing at the environment variable."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("bus:\n  auth:\n    user: ada\n    password: hunter2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    expected = (True, True, False)
+    message = str(info.value)
+    actual = (
+        message.startswith("bus.auth.password: "),
+        "TIDELAKE_BUS__AUTH__PASSWORD" in message,
+        "hunter2" in message,
+    )
+    assert expected == actual, message
+
+
+def test_secret_from_environment_is_masked() -> None:
+    """A password from the environment is usable but masked in Config.masked()."""
+    config = load_config(None, environ={"TIDELAKE_BUS__AUTH__PASSWORD": "s3cr3t-value"})
+    dumped = orjson.dumps(config.masked()).decode()
+    expected = ("s3cr3t-value", True, False)
+    actual = (config.bus.auth.resolved_password(), "**********" in dumped, "s3cr3t-value" in dumped)
+    assert expected == actual
