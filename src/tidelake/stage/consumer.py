@@ -47,6 +47,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from tidelake.bus import dlq
+from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, DecodeError
 from tidelake.formats import Decoded
@@ -74,7 +75,7 @@ IDLE_FETCH_S = 1.0
 #: ... in ``--once`` mode, where an empty fetch means "maybe drained".
 ONCE_FETCH_S = 0.3
 #: Shortest fetch: nats-py refuses a zero timeout.
-MIN_FETCH_S = 0.01
+MIN_FETCH_S = 0.1
 #: DLQ publish attempts before the stager gives up (and its batch is redelivered later).
 DLQ_ATTEMPTS = 5
 
@@ -156,9 +157,7 @@ class Stager:
 
     async def run(self, *, once: bool = False) -> StagerStats:
         """Stage until stopped; with ``once``, until the consumer has nothing left for us."""
-        psub = await self.js.pull_subscribe_bind(
-            durable=self.bus.consumer.durable, stream=self.bus.stream.name
-        )
+        puller = await PullFetcher(self.nc, self.bus.stream.name, self.bus.consumer.durable).start()
         batch: Batch[Msg] = Batch(self.limits)
         try:
             while not self.stopping:
@@ -167,12 +166,11 @@ class Stager:
                     timeout = min(IDLE_FETCH_S, max(MIN_FETCH_S, batch.time_left_s()))
                 else:
                     timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
-                try:
-                    msgs = await psub.fetch(want, timeout=timeout)
-                except (nats.errors.TimeoutError, TimeoutError):
-                    msgs = []
+                msgs = await puller.fetch(want, timeout)
                 for msg in msgs:
-                    await self._take(batch, msg)
+                    reason = self._take(batch, msg)
+                    if reason is not None:  # the rare path: a durable DLQ copy first
+                        await self._dead_letter(batch, msg, reason)
                     if batch.closed or batch.is_due():
                         await self._finish(batch)
                         batch = Batch(self.limits)
@@ -181,10 +179,19 @@ class Stager:
                     batch = Batch(self.limits)
                 if once and not msgs and not batch and await self._drained():
                     break
+            await puller.stop()
+            # Messages a last reply brought are ours until AckWait: stage them now too.
+            for msg in puller.take_buffered():
+                if batch.closed or batch.is_due():
+                    await self._finish(batch)
+                    batch = Batch(self.limits)
+                reason = self._take(batch, msg)
+                if reason is not None:
+                    await self._dead_letter(batch, msg, reason)
             if batch:
                 await self._finish(batch)
         finally:
-            await psub.unsubscribe()
+            await puller.stop()
         log.info(
             "stager stopped",
             received=self.stats.received,
@@ -200,38 +207,31 @@ class Stager:
         info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
         return not info.num_pending and not info.num_ack_pending
 
-    async def _take(self, batch: Batch[Msg], msg: Msg) -> None:
-        md = msg.metadata
-        seq = md.sequence.stream
-        deliveries = md.num_delivered
-        size = len(msg.data)
+    def _take(self, batch: Batch[Msg], msg: Msg) -> str | None:
+        """Decode ``msg`` into the batch; or return why it must be dead-lettered."""
+        seq, deliveries = delivery_info(msg)
         if deliveries > 1:
             self.stats.redelivered += 1
         if deliveries > self.bus.consumer.max_deliver:
-            reason = f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times"
-            await self._dead_letter(msg, seq, deliveries, reason)
-            batch.add_dead_lettered(msg, seq, size, reason)
-            return
+            return f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times"
         key = msg.headers.get(KEY_HEADER) if msg.headers else None
         try:
             decoded = self.decode(msg.data, seq=seq, key_json=key.encode() if key else None)
         except DecodeError as exc:
-            await self._dead_letter(msg, seq, deliveries, exc.reason)
-            batch.add_dead_lettered(msg, seq, size, exc.reason)
-            return
+            return exc.reason
         except Exception as exc:  # a decoder bug: isolate the message, do not crash-loop
-            reason = f"decoder_error: {type(exc).__name__}: {exc}"
             log.exception("decoder failed unexpectedly", seq=seq, subject=msg.subject)
-            await self._dead_letter(msg, seq, deliveries, reason)
-            batch.add_dead_lettered(msg, seq, size, reason)
-            return
+            return f"decoder_error: {type(exc).__name__}: {exc}"
         if decoded.events:
-            batch.add_events(msg, seq, size, decoded.events)
+            batch.add_events(msg, seq, len(msg.data), decoded.events)
         else:
-            batch.add_skipped(msg, seq, size, decoded.skipped or "empty")
+            batch.add_skipped(msg, seq, len(msg.data), decoded.skipped or "empty")
+        return None
 
-    async def _dead_letter(self, msg: Msg, seq: int, deliveries: int, reason: str) -> None:
-        """Publish a copy to the DLQ stream and wait for its PubAck (durable before the ack)."""
+    async def _dead_letter(self, batch: Batch[Msg], msg: Msg, reason: str) -> None:
+        """Publish a copy to the DLQ stream, wait for its PubAck (durable before the ack),
+        then count the message in the batch (acked with it)."""
+        seq, deliveries = delivery_info(msg)
         subject = dlq.dlq_subject(self.bus.dlq.subject_prefix, msg.subject)
         headers = dlq.dlq_headers(reason, msg.subject, seq, deliveries)
         delay = 0.2
@@ -246,6 +246,7 @@ class Stager:
                 delay *= 2
             except nats.js.errors.APIError as exc:
                 raise BusError(f"DLQ stream refused message {seq}: {exc}") from exc
+        batch.add_dead_lettered(msg, seq, len(msg.data), reason)
         self.stats.dead_lettered_by_reason[reason_bucket(reason)] += 1
         log.warning("dead-lettered", seq=seq, subject=msg.subject, reason=reason[:200])
 
@@ -289,6 +290,21 @@ class Stager:
             os.kill(os.getpid(), signal.SIGKILL)
 
         return crash
+
+
+def delivery_info(msg: Msg) -> tuple[int, int]:
+    """(stream sequence, delivery count) from a JetStream message's ack subject.
+
+    The same tokens :attr:`Msg.metadata` reads, without building its objects: this runs
+    once per message on the hot path. ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...``
+    (9 tokens) or, with a domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>...``.
+    """
+    reply = msg.reply
+    tokens: list[str] = reply.split(".") if reply else []
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return int(tokens[5]), int(tokens[4])
+    md = msg.metadata
+    return md.sequence.stream, md.num_delivered
 
 
 def _noop() -> None:
