@@ -1,0 +1,109 @@
+"""The ingest checkpoint of one table, carried in the extra metadata of its Hudi commits.
+
+Like HoodieStreamer's checkpoint, it is written in the same atomic commit as the data it
+covers (DESIGN.md §3), so data and checkpoint cannot disagree: after a crash the ingest
+resumes from the checkpoint of the latest completed commit, and an interrupted commit is
+rolled back by Hudi with its checkpoint.
+
+Reading goes through Hudi's own timeline API in the Spark JVM (``HoodieTableMetaClient``, the
+completed commits timeline, ``readCommitMetadata(...).getExtraMetadata()``), never by parsing
+timeline files by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from tidelake.errors import IngestError
+from tidelake.lake.hudi import CHECKPOINT_KEY, is_hudi_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TableCheckpoint:
+    """What one table has applied.
+
+    ``seq``: the highest stream sequence covered (events at or below it are duplicates);
+    ``position``: the highest encoded position applied (the table's watermark: row events at
+    or below it are republished copies); ``schema_version``: DDL events applied so far.
+    """
+
+    seq: int
+    position: str | None
+    schema_version: int = 0
+
+    def to_json(self) -> str:
+        return orjson.dumps(
+            {
+                "version": CHECKPOINT_VERSION,
+                "seq": self.seq,
+                "position": self.position,
+                "schema_version": self.schema_version,
+            }
+        ).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> TableCheckpoint:
+        try:
+            d = orjson.loads(text)
+            if d.get("version") != CHECKPOINT_VERSION:
+                raise IngestError(f"unsupported checkpoint version {d.get('version')!r}")
+            return cls(
+                seq=int(d["seq"]),
+                position=d.get("position"),
+                schema_version=int(d.get("schema_version", 0)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise IngestError(f"malformed table checkpoint {text!r}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedCheckpoint:
+    """A checkpoint and the Hudi instant (requested time) whose commit holds it."""
+
+    checkpoint: TableCheckpoint
+    instant: str
+    completion_time: str | None
+
+
+def _meta_client(spark: SparkSession, path: str) -> Any:
+    jvm: Any = spark.sparkContext._jvm
+    if jvm is None:
+        raise IngestError("the Spark session has no JVM (stopped?)")
+    storage_conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(
+        spark.sparkContext._jsc.hadoopConfiguration()
+    )
+    return (
+        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
+        .setConf(storage_conf)
+        .setBasePath(path)
+        .build()
+    )
+
+
+def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | None:
+    """The checkpoint of the latest completed commit of the Hudi table at ``path`` that holds
+    one (compaction and clustering commits do not); None for a table not written yet."""
+    if not is_hudi_table(path):
+        return None
+    client = _meta_client(spark, path)
+    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    instants = timeline.getReverseOrderedInstants().iterator()
+    while instants.hasNext():
+        instant = instants.next()
+        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+        text = extra.get(CHECKPOINT_KEY)
+        if text is not None:
+            return CommittedCheckpoint(
+                TableCheckpoint.from_json(str(text)),
+                str(instant.requestedTime()),
+                str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
+            )
+    return None

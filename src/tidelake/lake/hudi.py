@@ -1,0 +1,175 @@
+"""The one place that names Hudi options, and the layout of the lake on disk.
+
+One Hudi table per source table, at ``<lake_root>/<db>/<table>`` (each name percent-encoded
+when it holds a character unsafe in a path). Every write is an upsert whose records carry:
+
+* the source primary key as the record key (composite keys too);
+* ``_tl_position`` (DESIGN.md §2) as the ordering field, merged with
+  ``EVENT_TIME_ORDERING``: a record only replaces the stored one when its position is not
+  older, whatever the commit it arrives in;
+* ``_hoodie_is_deleted``: deletes travel in the same upsert as the other rows;
+* the ingest checkpoint in the commit's extra metadata (``tidelake.checkpoint``), so data and
+  checkpoint land in one atomic commit.
+
+``docs/spark-and-hudi.md`` explains each option.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from tidelake.config import LakeConfig
+
+#: Commit extra-metadata keys starting with this prefix are copied from the write options.
+COMMIT_META_PREFIX = "tidelake."
+#: The commit extra-metadata key holding the table's :class:`TableCheckpoint` as JSON.
+CHECKPOINT_KEY = "tidelake.checkpoint"
+#: The ordering field: ``Position.encode()``, a fixed-width string in commit order.
+ORDERING_FIELD = "_tl_position"
+#: Hudi's own soft-delete marker column.
+DELETE_FIELD = "_hoodie_is_deleted"
+#: Hudi table version written. hudi-rs 0.5.0 (lake/verify.py) reads version 9, the 1.1 default;
+#: pinned so that a Hudi upgrade cannot silently write a layout the JVM-free reader rejects.
+TABLE_VERSION = "9"
+#: Directory under the lake root holding tidelake's own files (cursor, commit log, logs).
+TIDELAKE_DIR = "_tidelake"
+
+# Characters kept as they are in a path segment; everything else is percent-encoded.
+_PATH_SAFE = "-_.$"
+
+
+@dataclass(frozen=True, slots=True)
+class TableLocation:
+    """Where the Hudi table of one source table lives."""
+
+    database: str
+    table: str
+    path: str
+
+    @property
+    def table_id(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def _segment(name: str) -> str:
+    if not name or name in (".", ".."):
+        raise ValueError(f"not a usable table or database name: {name!r}")
+    return quote(name, safe=_PATH_SAFE)
+
+
+def split_table_id(table_id: str) -> tuple[str, str]:
+    """``"db.table"`` → ``("db", "table")``; the database name holds no dot by convention."""
+    database, sep, table = table_id.partition(".")
+    if not sep or not database or not table:
+        raise ValueError(f"not a 'database.table' name: {table_id!r}")
+    return database, table
+
+
+def table_path(lake_root: str, database: str, table: str) -> str:
+    """``<lake_root>/<db>/<table>`` with unsafe characters percent-encoded."""
+    return f"{lake_root.rstrip('/')}/{_segment(database)}/{_segment(table)}"
+
+
+def hudi_table_name(database: str, table: str) -> str:
+    """A Hudi table name (also an Avro record name): letters, digits and ``_`` only."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", f"{database}_{table}")
+    return name if re.match(r"[A-Za-z_]", name) else f"t_{name}"
+
+
+def local_dir(root: str) -> Path | None:
+    """The local directory of a lake root (a path or ``file://``), None for remote storage."""
+    if root.startswith("file://"):
+        return Path(root[len("file://") :])
+    if "://" in root:
+        return None
+    return Path(root)
+
+
+def discover_tables(lake_root: str) -> list[TableLocation]:
+    """Every Hudi table under a local lake root, as ``<db>/<table>/.hoodie``."""
+    base = local_dir(lake_root)
+    if base is None or not base.is_dir():
+        return []
+    found = []
+    for props in sorted(base.glob("*/*/.hoodie/hoodie.properties")):
+        table_dir = props.parent.parent
+        db_dir = table_dir.parent
+        if db_dir.name == TIDELAKE_DIR:
+            continue
+        found.append(
+            TableLocation(unquote(db_dir.name), unquote(table_dir.name), str(table_dir.resolve()))
+        )
+    return found
+
+
+def is_hudi_table(path: str) -> bool:
+    """True when ``path`` (local) holds a Hudi table."""
+    local = local_dir(path)
+    return local is not None and (local / ".hoodie" / "hoodie.properties").is_file()
+
+
+def write_options(
+    lake: LakeConfig,
+    database: str,
+    table: str,
+    pk: Sequence[str],
+    extra_metadata: dict[str, str],
+) -> dict[str, str]:
+    """The Hudi datasource options of one upsert into ``database.table``.
+
+    ``extra_metadata`` keys must start with :data:`COMMIT_META_PREFIX`; they end up in the
+    commit's extra metadata. ``lake.hudi_options`` is merged last and wins.
+    """
+    if not pk:
+        raise ValueError("a Hudi table needs a record key")
+    partition_by = lake.partition_by.get(f"{database}.{table}", [])
+    opts = {
+        "hoodie.table.name": hudi_table_name(database, table),
+        "hoodie.datasource.write.table.type": lake.table_type,
+        "hoodie.datasource.write.operation": "upsert",
+        "hoodie.datasource.write.recordkey.field": ",".join(pk),
+        # The position decides, not the commit: Hudi 1.x defaults to COMMIT_TIME_ORDERING.
+        "hoodie.record.merge.mode": "EVENT_TIME_ORDERING",
+        "hoodie.table.ordering.fields": ORDERING_FIELD,
+        # Pre-1.1 name of the same setting, still read by some code paths.
+        "hoodie.datasource.write.precombine.field": ORDERING_FIELD,
+        "hoodie.write.table.version": TABLE_VERSION,
+        "hoodie.table.timeline.timezone": "UTC",
+        "hoodie.datasource.write.commitmeta.key.prefix": COMMIT_META_PREFIX,
+        # New columns (ALTER TABLE ADD COLUMN) arrive with the next rows; missing ones are null.
+        "hoodie.datasource.write.reconcile.schema": "true",
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+    }
+    if partition_by:
+        opts |= {
+            "hoodie.datasource.write.partitionpath.field": ",".join(partition_by),
+            "hoodie.datasource.write.keygenerator.class": (
+                "org.apache.hudi.keygen.ComplexKeyGenerator"
+            ),
+            # A row whose partition value changes must move, not be duplicated: global index.
+            "hoodie.index.type": "GLOBAL_SIMPLE",
+            "hoodie.simple.index.update.partition.path": "true",
+        }
+    else:
+        opts |= {
+            "hoodie.datasource.write.partitionpath.field": "",
+            "hoodie.datasource.write.keygenerator.class": (
+                "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
+            ),
+        }
+    if lake.table_type == "MERGE_ON_READ":
+        opts |= {
+            # Compact inline every few delta commits so readers merge few log files.
+            "hoodie.compact.inline": "true",
+            "hoodie.compact.inline.max.delta.commits": "5",
+        }
+    for key, value in extra_metadata.items():
+        if not key.startswith(COMMIT_META_PREFIX):
+            raise ValueError(f"commit metadata key {key!r} lacks the {COMMIT_META_PREFIX!r} prefix")
+        opts[key] = value
+    opts |= lake.hudi_options
+    return opts

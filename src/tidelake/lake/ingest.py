@@ -1,0 +1,613 @@
+"""The ingest: staged manifests → one Hudi upsert per table, checkpoint in the same commit.
+
+A loop over *rounds*. A round is one or more manifests in stream order (up to
+``ingest.max_batch_events`` events, and never past a manifest holding DDL: DDL is a barrier).
+For each table of the round:
+
+1. drop events at or below the table checkpoint's stream sequence (redelivered or restaged
+   batches: DESIGN.md §3 rule 1) and row events at or below its position watermark
+   (republished events: rule 2);
+2. collapse each key's events to the last by position (rule 4); a primary-key change also
+   deletes the old key; a last DELETE becomes a row with ``_hoodie_is_deleted = true``;
+3. upsert the typed rows with the new :class:`TableCheckpoint` in the commit's extra metadata.
+
+The local cursor (``<lake_root>/_tidelake/cursor.json``) only saves listing work: every
+decision comes from the per-table checkpoints, read back from Hudi at start.
+After each commit one JSON line is appended to ``<lake_root>/_tidelake/commits.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from tidelake.config import Config
+from tidelake.errors import IngestError, TableRefused, Terminal
+from tidelake.events import ChangeEvent, Op
+from tidelake.lake.checkpoint import CommittedCheckpoint, TableCheckpoint, read_checkpoint
+from tidelake.lake.hudi import (
+    CHECKPOINT_KEY,
+    DELETE_FIELD,
+    TIDELAKE_DIR,
+    is_hudi_table,
+    local_dir,
+    table_path,
+    write_options,
+)
+from tidelake.lake.schema import LINEAGE_NAMES, converter, schema_for
+from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
+from tidelake.stage.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+log = structlog.get_logger(__name__)
+
+#: Source type assumed for a column an event carries without a type.
+UNTYPED = "text"
+
+
+# --- pure logic: filtering and collapsing ---------------------------------------------------
+
+
+@dataclass
+class Filtered:
+    """The events of one table left to apply, and what was dropped and why."""
+
+    kept: list[ChangeEvent] = field(default_factory=list)
+    #: At or below the checkpoint's stream sequence, or a second copy in this round.
+    duplicates: int = 0
+    #: Row events at or below the position watermark (republished, or a stale DLQ replay).
+    stale: int = 0
+
+
+def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | None) -> Filtered:
+    """Drop what the table already holds (DESIGN.md §3 rules 1 and 2), keep stream order."""
+    out = Filtered()
+    seen: set[tuple[int, str]] = set()
+    seq_floor = checkpoint.seq if checkpoint else 0
+    watermark = checkpoint.position if checkpoint else None
+    for event in events:
+        ident = (event.seq, event.position.encode())
+        if event.seq <= seq_floor or ident in seen:
+            out.duplicates += 1
+            continue
+        seen.add(ident)
+        if (
+            event.op.is_row_change
+            and watermark is not None
+            and event.position.encode() <= watermark
+        ):
+            out.stale += 1
+            continue
+        out.kept.append(event)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The last change of one key: upsert ``row`` or delete it."""
+
+    key: tuple[Any, ...]
+    delete: bool
+    row: Mapping[str, Any]
+    event: ChangeEvent
+
+
+KeyFn = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+
+def _image(event: ChangeEvent) -> Mapping[str, Any]:
+    row = event.row
+    if row is None:
+        row = event.key or {}
+    return row
+
+
+def collapse(events: Sequence[ChangeEvent], key_of: KeyFn) -> list[Change]:
+    """Each key's last change by position (ties: the later event), in position order.
+
+    An UPDATE whose primary key changed (a MySQL binlog UPDATE of a key column) also deletes
+    the old key, at the same position.
+    """
+    last: dict[tuple[Any, ...], Change] = {}
+
+    def offer(change: Change) -> None:
+        held = last.get(change.key)
+        if held is None or held.event.position <= change.event.position:
+            last[change.key] = change
+
+    for event in events:
+        if not event.op.is_row_change:
+            continue
+        image = _image(event)
+        if event.op is Op.DELETE:
+            source = {**(event.key or {}), **image}
+            offer(Change(key_of(source), True, source, event))
+            continue
+        new_key = key_of({**image, **(event.key or {})})
+        if event.op is Op.UPDATE and event.before:
+            old_image = {**image, **event.before}
+            old_key = key_of(old_image)
+            if old_key != new_key:
+                offer(Change(old_key, True, old_image, event))
+        offer(Change(new_key, False, image, event))
+    return sorted(last.values(), key=lambda c: c.event.position)
+
+
+# --- the table writer -----------------------------------------------------------------------
+
+
+@dataclass
+class TableResult:
+    """One table's share of a round: the commits.jsonl line, or why nothing was written."""
+
+    table: str
+    committed: dict[str, Any] | None = None
+    duplicates: int = 0
+    stale: int = 0
+    refused: str | None = None
+
+
+def _columns(events: Sequence[ChangeEvent], pk: Sequence[str]) -> dict[str, str]:
+    """Column → source type over every event, in first-seen order; untyped ones as text."""
+    columns: dict[str, str] = {}
+    for event in events:
+        for name, source_type in event.column_types.items():
+            columns[name] = source_type
+    for event in events:
+        for image in (event.after, event.before, event.key):
+            for name in image or {}:
+                columns.setdefault(name, UNTYPED)
+    for name in pk:
+        columns.setdefault(name, UNTYPED)
+    return {k: v for k, v in columns.items() if k not in LINEAGE_NAMES}
+
+
+def _ms_to_utc(ms: int | None) -> dt.datetime | None:
+    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+@dataclass
+class TableBatch:
+    """The typed rows of one table's upsert, ready for Spark."""
+
+    columns: dict[str, str]
+    schema: StructType
+    rows: list[tuple[Any, ...]]
+    upserts: int
+    deletes: int
+
+
+def build_batch(
+    table_id: str,
+    events: Sequence[ChangeEvent],
+    pk: Sequence[str],
+    source_timezone: str = "UTC",
+    ingest_ts: dt.datetime | None = None,
+) -> TableBatch:
+    """Collapse ``events`` (already filtered) and type them into Spark rows."""
+    columns = _columns(events, pk)
+    convert = {
+        name: converter(source_type, source_timezone) for name, source_type in columns.items()
+    }
+
+    def typed(name: str, value: Any) -> Any:
+        try:
+            return convert[name](value)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise TableRefused(
+                f"{table_id}: value {value!r} of column {name} is not a valid "
+                f"{columns[name]}: {exc}"
+            ) from exc
+
+    def key_of(image: Mapping[str, Any]) -> tuple[Any, ...]:
+        missing = [c for c in pk if image.get(c) is None]
+        if missing:
+            raise TableRefused(f"{table_id}: an event lacks primary-key column(s) {missing}")
+        return tuple(typed(c, image[c]) for c in pk)
+
+    changes = collapse(events, key_of)
+    now = ingest_ts or dt.datetime.now(dt.UTC)
+    names = list(columns)
+    rows = []
+    deletes = 0
+    for change in changes:
+        e = change.event
+        deletes += change.delete
+        values = [typed(name, change.row.get(name)) for name in names]
+        op = Op.DELETE.value if change.delete else e.op.value
+        rows.append(
+            (
+                *values,
+                op,
+                e.position.encode(),
+                _ms_to_utc(e.commit_ts_ms),
+                now,
+                e.seq,
+                change.delete,
+            )
+        )
+    return TableBatch(columns, schema_for(columns), rows, len(rows) - deletes, deletes)
+
+
+class TableWriter:
+    """Writes rounds of one lake's tables through one Spark session."""
+
+    def __init__(self, config: Config, spark: SparkSession) -> None:
+        self.config = config
+        self.spark = spark
+        self.lake_root = config.lake_root
+        self.source_timezone: str = str(getattr(config.lake, "source_timezone", "UTC"))
+        self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
+
+    def checkpoint(self, table_id: str) -> TableCheckpoint | None:
+        """The table's checkpoint: read from Hudi once, then kept current by our commits."""
+        if table_id not in self._checkpoints:
+            database, table = table_id.split(".", 1)
+            path = table_path(self.lake_root, database, table)
+            self._checkpoints[table_id] = read_checkpoint(self.spark, path)
+        held = self._checkpoints[table_id]
+        return held.checkpoint if held else None
+
+    def forget(self, table_id: str) -> None:
+        """Re-read the checkpoint from Hudi next time (after a failed write)."""
+        self._checkpoints.pop(table_id, None)
+
+    def apply(
+        self,
+        table_id: str,
+        database: str,
+        table: str,
+        events: Sequence[ChangeEvent],
+        seq_last: int,
+    ) -> TableResult:
+        """Apply one round's events of one table in one Hudi commit (or none if all known)."""
+        started = time.monotonic()
+        result = TableResult(table_id)
+        previous = self.checkpoint(table_id)
+        filtered = filter_events(events, previous)
+        result.duplicates, result.stale = filtered.duplicates, filtered.stale
+        kept = filtered.kept
+        if not kept:
+            return result
+        row_events = [e for e in kept if e.op.is_row_change]
+        ddl_events = [e for e in kept if e.op is Op.DDL]
+        for e in ddl_events:
+            log.info("ddl recorded", table=table_id, ddl_type=e.ddl_type, ddl=e.ddl, seq=e.seq)
+        pk = self._primary_key(table_id, row_events)
+        path = table_path(self.lake_root, database, table)
+        existed = is_hudi_table(path)
+        if not row_events and not existed:
+            # Nothing to create a table from yet (CREATE TABLE before its first row).
+            return result
+        positions = [e.position.encode() for e in kept]
+        if previous and previous.position:
+            positions.append(previous.position)
+        checkpoint = TableCheckpoint(
+            seq=max(seq_last, previous.seq if previous else 0),
+            position=max(positions),
+            schema_version=(previous.schema_version if previous else 0) + len(ddl_events),
+        )
+        if row_events:
+            batch = build_batch(table_id, row_events, pk, self.source_timezone)
+            df = self.spark.createDataFrame(batch.rows, batch.schema)
+            upserts, deletes = batch.upserts, batch.deletes
+        else:
+            df = self.spark.createDataFrame([], self._current_schema(path))
+            upserts = deletes = 0
+            pk = pk or self._stored_primary_key(path)
+        options = write_options(
+            self.config.lake, database, table, pk, {CHECKPOINT_KEY: checkpoint.to_json()}
+        )
+        try:
+            df.write.format("hudi").options(**options).mode("append").save(path)
+        except Exception:
+            self.forget(table_id)
+            raise
+        committed_at_ms = int(time.time() * 1000)
+        committed = read_checkpoint(self.spark, path)
+        if committed is None or committed.checkpoint != checkpoint:
+            self.forget(table_id)
+            raise IngestError(
+                f"{table_id}: the commit does not hold the checkpoint just written "
+                f"({committed.checkpoint if committed else None} != {checkpoint})"
+            )
+        self._checkpoints[table_id] = committed
+        if not existed:
+            from tidelake.lake.spark import register_table
+
+            with contextlib.suppress(Exception):  # the catalog is a convenience here
+                register_table(self.spark, database, table, path)
+        commit_ms = sorted(e.commit_ts_ms for e in row_events if e.commit_ts_ms is not None)
+        result.committed = {
+            "table": table_id,
+            "instant": committed.instant,
+            "seq_from": previous.seq if previous else 0,
+            "seq": checkpoint.seq,
+            "position": checkpoint.position,
+            "schema_version": checkpoint.schema_version,
+            "events": len(kept),
+            "upserts": upserts,
+            "deletes": deletes,
+            "ddl": len(ddl_events),
+            "skipped_duplicates": result.duplicates,
+            "skipped_stale": result.stale,
+            "committed_at_ms": committed_at_ms,
+            "max_commit_ts_ms": commit_ms[-1] if commit_ms else None,
+            "commit_ts_ms_p50": int(statistics.median_low(commit_ms)) if commit_ms else None,
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        }
+        return result
+
+    @staticmethod
+    def _primary_key(table_id: str, row_events: Sequence[ChangeEvent]) -> tuple[str, ...]:
+        pk: tuple[str, ...] = ()
+        for e in row_events:
+            if not e.pk:
+                raise TableRefused(
+                    f"{table_id} has no primary key: Hudi needs a record key to upsert and "
+                    f"delete exactly; add a primary key to the source table "
+                    f"(event at position {e.position}, stream sequence {e.seq})"
+                )
+            pk = e.pk
+        return pk
+
+    def _current_schema(self, path: str) -> StructType:
+        from pyspark.sql.types import StructType
+
+        stored = self.spark.read.format("hudi").load(path).schema
+        return StructType(
+            [
+                f
+                for f in stored.fields
+                if not f.name.startswith("_hoodie_") or f.name == DELETE_FIELD
+            ]
+        )
+
+    def _stored_primary_key(self, path: str) -> tuple[str, ...]:
+        props = Path(path) / ".hoodie" / "hoodie.properties"
+        for line in props.read_text().splitlines():
+            if line.startswith("hoodie.table.recordkey.fields="):
+                return tuple(line.split("=", 1)[1].split(","))
+        raise IngestError(f"{path}: no record key in hoodie.properties")
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+@dataclass
+class RoundResult:
+    """What one round did."""
+
+    manifests: int = 0
+    seq_last: int = 0
+    tables: list[TableResult] = field(default_factory=list)
+    interrupted: bool = False
+
+
+@dataclass
+class IngestStats:
+    """Totals of a run."""
+
+    rounds: int = 0
+    manifests: int = 0
+    commits: int = 0
+    events: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def add(self, result: RoundResult) -> None:
+        self.rounds += 1
+        self.manifests += result.manifests
+        for t in result.tables:
+            self.duplicates += t.duplicates
+            self.stale += t.stale
+            if t.committed:
+                self.commits += 1
+                self.events += int(t.committed["events"])
+            if t.refused:
+                self.refused[t.table] = t.refused
+
+
+class Ingestor:
+    """Reads manifests from staging storage and applies them to the lake."""
+
+    def __init__(self, config: Config, spark: SparkSession, storage: Storage | None = None) -> None:
+        self.config = config
+        self.storage = storage or open_storage(config.stage_root)
+        self.writer = TableWriter(config, spark)
+        self.paused: dict[str, str] = {}
+        state = local_dir(config.lake_root)
+        if state is None:
+            raise IngestError(f"lake root {config.lake_root!r}: only local lakes so far")
+        self.state_dir = state / TIDELAKE_DIR
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.cursor = self._read_cursor()
+
+    # -- local state: cursor hint and logs
+
+    def _read_cursor(self) -> int:
+        try:
+            return int(orjson.loads((self.state_dir / "cursor.json").read_bytes())["seq"])
+        except FileNotFoundError:
+            return 0
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("unreadable cursor hint ignored", path=str(self.state_dir / "cursor.json"))
+            return 0
+
+    def _write_cursor(self, seq: int) -> None:
+        target = self.state_dir / "cursor.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps({"seq": seq}))
+        os.replace(tmp, target)
+        self.cursor = seq
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        with (self.state_dir / name).open("ab") as f:
+            f.write(orjson.dumps(record) + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _write_paused(self) -> None:
+        target = self.state_dir / "paused.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(self.paused, option=orjson.OPT_INDENT_2))
+        os.replace(tmp, target)
+
+    # -- rounds
+
+    def _next_round(self) -> list[Manifest]:
+        manifests: list[Manifest] = []
+        total = 0
+        for path in list_manifests(self.storage, after_seq=self.cursor):
+            manifest = read_manifest(self.storage, path)
+            events = sum(t.events for t in manifest.tables)
+            if manifests and total + events > self.config.ingest.max_batch_events:
+                break
+            manifests.append(manifest)
+            total += events
+            if manifest.ddl:
+                break  # a DDL barrier closes the round
+        return manifests
+
+    def _round_events(self, manifests: Sequence[Manifest]) -> dict[str, list[ChangeEvent]]:
+        per_table: dict[str, list[ChangeEvent]] = {}
+        for manifest in manifests:
+            for table_file in manifest.tables:
+                events = per_table.setdefault(table_file.table_id, [])
+                for line in self.storage.get(table_file.path).split(b"\n"):
+                    if line.strip():
+                        events.append(ChangeEvent.from_json(line))
+            for d in manifest.ddl:
+                ddl = ChangeEvent.from_dict(d)
+                events = per_table.setdefault(ddl.table_id, [])
+                ident = (ddl.seq, ddl.position)
+                if not any((e.seq, e.position) == ident for e in events if e.op is Op.DDL):
+                    events.append(ddl)
+        for events in per_table.values():
+            events.sort(key=lambda e: e.seq)  # stable: stream order, file order within a seq
+        return per_table
+
+    def step(self, stop: threading.Event | None = None) -> RoundResult:
+        """Apply the next round; an empty result when nothing is staged."""
+        result = RoundResult()
+        manifests = self._next_round()
+        if not manifests:
+            return result
+        result.manifests = len(manifests)
+        result.seq_last = max(m.seq_last for m in manifests)
+        for table_id, events in self._round_events(manifests).items():
+            if stop is not None and stop.is_set():
+                result.interrupted = True
+                return result  # the cursor stays: checkpoints skip what was committed
+            if table_id in self.paused:
+                continue
+            database, table = events[0].database, events[0].table
+            try:
+                table_result = self.writer.apply(table_id, database, table, events, result.seq_last)
+            except TableRefused as exc:
+                self.paused[table_id] = str(exc)
+                self._write_paused()
+                log.error("table paused", table=table_id, reason=str(exc))
+                table_result = TableResult(table_id, refused=str(exc))
+            result.tables.append(table_result)
+            if table_result.committed:
+                self._append("commits.jsonl", table_result.committed)
+                log.info("committed", **table_result.committed)
+            if table_result.duplicates or table_result.stale:
+                self._append(
+                    "skipped.jsonl",
+                    {
+                        "table": table_id,
+                        "seq_last": result.seq_last,
+                        "duplicates": table_result.duplicates,
+                        "stale": table_result.stale,
+                        "at_ms": int(time.time() * 1000),
+                    },
+                )
+        self._write_cursor(max(self.cursor, result.seq_last))
+        return result
+
+    def run_once(self, stop: threading.Event | None = None) -> IngestStats:
+        """Apply everything staged now, then return."""
+        stats = IngestStats()
+        while not (stop is not None and stop.is_set()):
+            result = self.step(stop)
+            if not result.manifests:
+                break
+            stats.add(result)
+        return stats
+
+    def run_continuous(self, interval_s: float, stop: threading.Event) -> IngestStats:
+        """Apply rounds until ``stop`` is set; sleep ``interval_s`` when idle.
+
+        A round that fails for a reason a retry may cure is retried (with back-off); a
+        terminal error (a malformed manifest) ends the run.
+        """
+        stats = IngestStats()
+        failures = 0
+        while not stop.is_set():
+            try:
+                result = self.step(stop)
+            except Exception as exc:
+                if isinstance(exc, Terminal):
+                    raise
+                failures += 1
+                pause = min(interval_s * 2**failures, 30.0)
+                log.error("round failed; retrying", error=str(exc)[:2000], retry_in_s=pause)
+                stop.wait(pause)
+                continue
+            failures = 0
+            if result.manifests:
+                stats.add(result)
+            else:
+                stop.wait(interval_s)
+        return stats
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM / SIGINT; the running commit finishes first."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping after the current commit", signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_ingest(config: Config, *, once: bool, interval_s: float | None = None) -> IngestStats:
+    """``tidelake ingest``: build the Spark session, then run once or until SIGTERM."""
+    from tidelake.lake.spark import build_spark_session
+
+    spark = build_spark_session(config, app_name="tidelake-ingest")
+    try:
+        ingestor = Ingestor(config, spark)
+        with stop_on_signals() as stop:
+            if once:
+                return ingestor.run_once(stop)
+            return ingestor.run_continuous(interval_s or config.ingest.interval_s, stop)
+    finally:
+        spark.stop()

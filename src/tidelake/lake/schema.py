@@ -1,0 +1,316 @@
+"""Source column types → Spark types, and wire values (canal-json text) → typed Python values.
+
+The source SQL type of each column travels in ``ChangeEvent.column_types`` (MySQL/TiDB
+``mysqlType`` strings, or PostgreSQL ``format_type`` names). Decisions worth knowing:
+
+* ``BIGINT UNSIGNED`` → ``DECIMAL(20,0)``: no Spark integer holds 2^64-1.
+* ``DATETIME`` (and PostgreSQL ``timestamp without time zone``) → ``TIMESTAMP_NTZ``: a
+  wall-clock value with no zone, kept as written. Hudi 1.1 stores it as Avro
+  ``local-timestamp-micros`` (tested in tests/integration/lake).
+* MySQL ``TIMESTAMP`` → ``TIMESTAMP`` (an instant): canal-json renders it in the TiCDC
+  server's time zone, given by ``source_timezone`` (default UTC).
+* ``TINYINT(1)`` stays an integer: MySQL lets it hold any value from -128 to 127.
+* ``TIME``, ``JSON``, ``ENUM``, ``SET``, ``UUID`` and unconstrained ``NUMERIC`` → string.
+* binary types → ``BINARY``: canal-json carries bytes as ISO-8859-1 text, turned back here.
+* MySQL zero dates (``0000-00-00``) become NULL.
+* an unknown type becomes a string, with one logged warning per type.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+import structlog
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from tidelake.lake.hudi import DELETE_FIELD, ORDERING_FIELD
+
+log = structlog.get_logger(__name__)
+
+#: Lineage columns tidelake adds to every table, in this order, after the source columns.
+OP_FIELD = "_tl_op"
+COMMIT_TS_FIELD = "_tl_commit_ts"
+INGEST_TS_FIELD = "_tl_ingest_ts"
+SEQ_FIELD = "_tl_seq"
+LINEAGE_FIELDS: tuple[StructField, ...] = (
+    StructField(OP_FIELD, StringType(), True),
+    StructField(ORDERING_FIELD, StringType(), True),
+    StructField(COMMIT_TS_FIELD, TimestampType(), True),
+    StructField(INGEST_TS_FIELD, TimestampType(), True),
+    StructField(SEQ_FIELD, LongType(), True),
+    StructField(DELETE_FIELD, BooleanType(), True),
+)
+LINEAGE_NAMES = frozenset(f.name for f in LINEAGE_FIELDS)
+
+_TYPE_RE = re.compile(r"^\s*([a-z][a-z0-9 _]*?)\s*(?:\((.*)\))?\s*(unsigned)?\s*(zerofill)?\s*$")
+_warned: set[str] = set()
+
+
+def _normalise(source_type: str) -> tuple[str, str | None, bool]:
+    """``"BIGINT(20) UNSIGNED"`` → ``("bigint", "20", True)``."""
+    text = source_type.strip().lower()
+    match = _TYPE_RE.match(text)
+    if not match:
+        return text, None, False
+    name, args, unsigned, _ = match.groups()
+    return name.strip(), args, unsigned is not None
+
+
+def _decimal_args(args: str | None, default: tuple[int, int] | None) -> tuple[int, int] | None:
+    if args is None:
+        return default
+    parts = [p.strip() for p in args.split(",")]
+    try:
+        precision = int(parts[0])
+        scale = int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return default
+    return precision, scale
+
+
+_STRING_TYPES = frozenset(
+    {
+        "char", "varchar", "text", "tinytext", "mediumtext", "longtext", "json", "jsonb",
+        "enum", "set", "uuid", "character", "character varying", "bpchar", "name", "citext",
+        "xml", "inet", "cidr", "macaddr", "interval", "time", "time without time zone",
+        "time with time zone", "timetz", "string", "nchar", "nvarchar", "national char",
+        "national varchar", "geometry", "point",
+    }
+)  # fmt: skip
+_BINARY_TYPES = frozenset(
+    {"binary", "varbinary", "blob", "tinyblob", "mediumblob", "longblob", "bytea"}
+)
+
+
+@lru_cache(maxsize=1024)
+def spark_type(source_type: str) -> DataType:
+    """The Spark type a column of ``source_type`` is stored as in the lake."""
+    name, args, unsigned = _normalise(source_type)
+    if name == "tinyint":
+        return ShortType() if unsigned else ByteType()
+    if name in ("smallint", "int2", "smallserial"):
+        return IntegerType() if unsigned else ShortType()
+    if name == "mediumint":
+        return IntegerType()  # 24 bits, signed or not
+    if name in ("int", "integer", "int4", "serial"):
+        return LongType() if unsigned else IntegerType()
+    if name in ("bigint", "int8", "bigserial"):
+        return DecimalType(20, 0) if unsigned else LongType()
+    if name in ("decimal", "dec", "fixed", "numeric"):
+        dec = _decimal_args(args, (10, 0) if name != "numeric" else None)
+        if dec is None or not 0 < dec[0] <= 38 or not 0 <= dec[1] <= dec[0]:
+            return StringType()  # unconstrained or wider than Spark's 38 digits
+        return DecimalType(*dec)
+    if name in ("float", "real", "float4"):
+        return FloatType()
+    if name in ("double", "double precision", "float8"):
+        return DoubleType()
+    if name in ("bool", "boolean"):
+        return BooleanType()
+    if name == "bit":
+        return BooleanType() if args is not None and args.strip() == "1" else LongType()
+    if name == "year":
+        return IntegerType()
+    if name == "date":
+        return DateType()
+    if name in ("datetime", "timestamp without time zone", "smalldatetime"):
+        return TimestampNTZType()
+    if name in ("timestamp", "timestamp with time zone", "timestamptz"):
+        return TimestampType()
+    if name in _BINARY_TYPES:
+        return BinaryType()
+    if name in _STRING_TYPES or name.endswith("[]"):
+        return StringType()
+    if source_type not in _warned:
+        _warned.add(source_type)
+        log.warning("unknown source column type stored as string", source_type=source_type)
+    return StringType()
+
+
+def schema_for(columns: Mapping[str, str]) -> StructType:
+    """The table schema: source columns (all nullable) in order, then the lineage columns."""
+    fields = [
+        StructField(name, spark_type(source_type), True)
+        for name, source_type in columns.items()
+        if name not in LINEAGE_NAMES
+    ]
+    return StructType([*fields, *LINEAGE_FIELDS])
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return int(str(value).strip())
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, bytes):
+        return any(value)
+    text = str(value).strip().lower()
+    if text in ("1", "t", "true", "y", "yes", "on", "\x01"):
+        return True
+    if text in ("0", "f", "false", "n", "no", "off", "\x00", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _to_decimal(value: Any, scale: int) -> Decimal:
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation as exc:
+        raise ValueError(f"not a decimal: {value!r}") from exc
+    return number.quantize(Decimal(1).scaleb(-scale))
+
+
+def _is_zero_date(text: str) -> bool:
+    return text.startswith("0000-00-00") or text[:10].endswith("-00")
+
+
+def _to_date(value: Any) -> dt.date | None:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    text = str(value).strip()
+    if _is_zero_date(text):
+        return None
+    return dt.date.fromisoformat(text[:10])
+
+
+def _parse_datetime(text: str) -> dt.datetime:
+    text = text.strip()
+    # PostgreSQL writes short offsets ("+00", "+05:30"); fromisoformat wants "+HH:MM".
+    match = re.search(r"([+-]\d{2})$", text)
+    if match and len(text) > 19:
+        text = text + ":00"
+    return dt.datetime.fromisoformat(text)
+
+
+def _to_timestamp_ntz(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None)
+    text = str(value)
+    if _is_zero_date(text.strip()):
+        return None
+    return _parse_datetime(text).replace(tzinfo=None)
+
+
+def _to_timestamp(value: Any, zone: dt.tzinfo) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        text = str(value)
+        if _is_zero_date(text.strip()):
+            return None
+        parsed = _parse_datetime(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return parsed.astimezone(dt.UTC)
+
+
+def _to_bytes(value: Any, source_type: str) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    text = str(value)
+    if source_type.strip().lower() == "bytea" and text.startswith("\\x"):
+        return bytes.fromhex(text[2:])
+    # canal-json renders binary columns as ISO-8859-1 text: one character per byte.
+    return text.encode("latin-1")
+
+
+def _to_string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _to_bit(value: Any) -> int:
+    if isinstance(value, bytes):
+        return int.from_bytes(value, "big")
+    try:
+        return _to_int(value)
+    except ValueError:
+        return int.from_bytes(str(value).encode("latin-1"), "big")
+
+
+@lru_cache(maxsize=64)
+def _zone(name: str) -> dt.tzinfo:
+    return dt.UTC if name.upper() == "UTC" else ZoneInfo(name)
+
+
+def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any], Any]:
+    """A function turning one wire value of ``source_type`` into the Python value Spark takes
+    for :func:`spark_type` ``(source_type)``. None stays None."""
+    target = spark_type(source_type)
+    fn: Callable[[Any], Any]
+    if isinstance(target, ByteType | ShortType | IntegerType | LongType):
+        fn = _to_bit if _normalise(source_type)[0] == "bit" else _to_int
+    elif isinstance(target, DecimalType):
+        scale = target.scale
+        fn = lambda v: _to_decimal(v, scale)  # noqa: E731
+    elif isinstance(target, FloatType | DoubleType):
+        fn = lambda v: float(v) if not isinstance(v, str) else float(v.strip())  # noqa: E731
+    elif isinstance(target, BooleanType):
+        fn = _to_bool
+    elif isinstance(target, DateType):
+        fn = _to_date
+    elif isinstance(target, TimestampNTZType):
+        fn = _to_timestamp_ntz
+    elif isinstance(target, TimestampType):
+        zone = _zone(source_timezone)
+        fn = lambda v: _to_timestamp(v, zone)  # noqa: E731
+    elif isinstance(target, BinaryType):
+        fn = lambda v: _to_bytes(v, source_type)  # noqa: E731
+    else:
+        fn = _to_string
+
+    def convert(value: Any) -> Any:
+        return None if value is None else fn(value)
+
+    return convert
+
+
+def convert_value(value: Any, source_type: str, source_timezone: str = "UTC") -> Any:
+    """One wire value → its typed Python value (see :func:`converter`)."""
+    return converter(source_type, source_timezone)(value)

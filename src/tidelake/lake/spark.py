@@ -1,0 +1,181 @@
+"""The one Spark session builder: Hudi jars from the local cache, quiet logs, lake catalog.
+
+Jars are never fetched at run time (no ``spark.jars.packages``): ``scripts/setup`` puts the
+pinned Hudi bundle (``scripts/jars.txt``) into the jar cache, and the session loads it from
+there. The catalog is Spark's in-memory one, rebuilt at every session start from the tables
+found under the lake root: the lake describes itself, so the catalog is persistent by
+construction and no Derby metastore lock stands between a running ingest and
+``tidelake query``.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from tidelake.config import Config, SparkConfig
+from tidelake.errors import ConfigError
+from tidelake.lake.hudi import TIDELAKE_DIR, discover_tables, local_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger(__name__)
+
+#: The pinned bundle (scripts/jars.txt): Hudi 1.1.1 built for Spark 3.5 / Scala 2.12.
+HUDI_BUNDLE_JAR = "hudi-spark3.5-bundle_2.12-1.1.1.jar"
+JAR_CACHE_ENV = "TIDELAKE_JAR_CACHE"
+
+
+def quote_identifier(name: str) -> str:
+    """A Spark SQL identifier in backticks, inner backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _repo_jar_cache() -> Path | None:
+    """``<repo>/.cache/jars`` of the checkout this module runs from (editable install)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "scripts" / "jars.txt").is_file() and (parent / "pyproject.toml").is_file():
+            return parent / ".cache" / "jars"
+    return None
+
+
+def jar_cache_dir(spark_cfg: SparkConfig, environ: dict[str, str] | None = None) -> Path:
+    """Where the jars are: ``lake.spark.jar_cache``, ``$TIDELAKE_JAR_CACHE``, the repo cache."""
+    env = os.environ if environ is None else environ
+    if spark_cfg.jar_cache is not None:
+        return spark_cfg.jar_cache
+    if env.get(JAR_CACHE_ENV):
+        return Path(env[JAR_CACHE_ENV])
+    repo = _repo_jar_cache()
+    if repo is not None:
+        return repo
+    return Path.cwd() / ".cache" / "jars"
+
+
+def hudi_jars(spark_cfg: SparkConfig, environ: dict[str, str] | None = None) -> list[Path]:
+    """The jars the session loads; raises :class:`ConfigError` when the Hudi bundle is missing."""
+    cache = jar_cache_dir(spark_cfg, environ)
+    bundle = cache / HUDI_BUNDLE_JAR
+    if not bundle.is_file():
+        raise ConfigError(
+            f"the Hudi bundle {HUDI_BUNDLE_JAR} is not in the jar cache {cache}: run scripts/setup"
+            f" (or point lake.spark.jar_cache / ${JAR_CACHE_ENV} at a directory holding it)"
+        )
+    return sorted(cache.glob("*.jar"))
+
+
+def log4j_config() -> Path:
+    """The log4j2 properties file shipped in the package."""
+    return Path(str(resources.files("tidelake.lake") / "log4j2.properties"))
+
+
+def log_dir(config: Config) -> Path:
+    """Where Spark and Hudi warnings go: ``<lake_root>/_tidelake/logs`` (``<home>/logs``)."""
+    local = local_dir(config.lake_root)
+    base = local / TIDELAKE_DIR if local is not None else config.home.resolve()
+    return (base / "logs").resolve()
+
+
+def warehouse_dir(config: Config) -> Path:
+    """Spark's warehouse directory, beside the lake (never the current directory)."""
+    local = local_dir(config.lake_root)
+    base = local.resolve().parent if local is not None else config.home.resolve()
+    return base / "spark-warehouse"
+
+
+def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
+    """Every Spark setting of the session; ``lake.spark.conf`` is merged last."""
+    spark_cfg = config.lake.spark
+    jars = hudi_jars(spark_cfg)
+    logs = log_dir(config)
+    logs.mkdir(parents=True, exist_ok=True)
+    java_opts = " ".join(
+        [
+            f"-Dlog4j2.configurationFile={log4j_config().as_uri()}",
+            f"-Dtidelake.log.dir={logs}",
+            # Hudi sizes objects with JOL, whose HotSpot agent attach fails on JDK 17 after
+            # a long wait (and self-attach makes the JVM print a thread dump): skip it.
+            "-Djol.skipHotspotSAAttach=true",
+        ]
+    )
+    user_java_opts = spark_cfg.conf.get("spark.driver.extraJavaOptions")
+    conf = {
+        "spark.master": spark_cfg.master,
+        "spark.app.name": app_name,
+        "spark.driver.memory": spark_cfg.driver_memory,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+        "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
+        "spark.sql.catalogImplementation": "in-memory",
+        "spark.sql.warehouse.dir": str(warehouse_dir(config)),
+        "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions),
+        "spark.default.parallelism": str(spark_cfg.shuffle_partitions),
+        # Timestamps are instants in UTC everywhere (lake/schema.py).
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": java_opts,
+    }
+    conf |= spark_cfg.conf
+    if user_java_opts:
+        conf["spark.driver.extraJavaOptions"] = f"{java_opts} {user_java_opts}"
+    return conf
+
+
+def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSession:
+    """The session every tidelake Spark job uses; registers the lake's tables in its catalog."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in session_conf(config, app_name).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register_lake_tables(spark, config.lake_root)
+    return spark
+
+
+def register_table(spark: SparkSession, database: str, table: str, path: str) -> None:
+    """Make ``database.table`` name the Hudi table at ``path`` in the session catalog."""
+    db, name = quote_identifier(database), quote_identifier(table)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+    wanted = Path(path).resolve().as_uri().rstrip("/")
+    if spark.catalog.tableExists(f"{db}.{name}"):
+        location = _table_location(spark, f"{db}.{name}")
+        if location is not None and Path(location.removeprefix("file:")).resolve() == Path(
+            wanted.removeprefix("file://")
+        ):
+            return
+        # Another lake (a test's, a moved root) registered this name: the table is external,
+        # so dropping it forgets the name and leaves the data where it is.
+        spark.sql(f"DROP TABLE {db}.{name}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.{name} USING hudi LOCATION {_sql_string(wanted)}")
+
+
+def _table_location(spark: SparkSession, qualified: str) -> str | None:
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect():
+        if row["col_name"] == "Location":
+            return str(row["data_type"])
+    return None
+
+
+def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
+    """Register every Hudi table under ``lake_root``; returns their ``db.table`` names."""
+    names = []
+    for loc in discover_tables(lake_root):
+        try:
+            register_table(spark, loc.database, loc.table, loc.path)
+            names.append(loc.table_id)
+        except Exception as exc:  # a half-created table must not stop the session
+            log.warning("table not registered", table=loc.table_id, error=str(exc))
+    return names
