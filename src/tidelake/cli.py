@@ -110,6 +110,56 @@ def run(
     raise typer.Exit(run_pipeline(_load(config), config, interval_s=interval))
 
 
+@app.command()
+def ingest(
+    config: ConfigOption = None,
+    once: Annotated[bool, typer.Option("--once", help="apply what is staged, then exit")] = False,
+    continuous: Annotated[
+        bool, typer.Option("--continuous", help="keep applying until SIGTERM (the default)")
+    ] = False,
+    interval: Annotated[
+        float | None, typer.Option(help="idle pause in seconds (default ingest.interval_s)")
+    ] = None,
+) -> None:
+    """Apply staged batches to the Hudi lake (one commit per table, checkpoint inside)."""
+    from tidelake.errors import TidelakeError
+    from tidelake.lake.ingest import run_ingest
+
+    if once and continuous:
+        err_console.print("[bold red]--once and --continuous exclude each other[/]")
+        raise typer.Exit(2)
+    cfg = _load(config)
+    try:
+        stats = run_ingest(cfg, once=once, interval_s=interval)
+    except TidelakeError as exc:
+        err_console.print(f"[bold red]ingest failed[/] {exc}")
+        raise typer.Exit(1) from exc
+    for table, reason in stats.refused.items():
+        err_console.print(f"[bold yellow]paused[/] {table}: {reason}")
+    err_console.print(
+        f"ingest: {stats.commits} commits, {stats.events} events, {stats.manifests} manifests, "
+        f"{stats.duplicates} duplicates and {stats.stale} stale events skipped"
+    )
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="Spark SQL, e.g. SELECT * FROM db.t")],
+    config: ConfigOption = None,
+    limit: Annotated[int, typer.Option(help="rows shown at most")] = 1000,
+) -> None:
+    """Run Spark SQL over the lake's tables and print the result."""
+    from tidelake.errors import TidelakeError
+    from tidelake.lake.query import run_query
+
+    cfg = _load(config)
+    try:
+        run_query(cfg, sql, limit, console)
+    except TidelakeError as exc:
+        err_console.print(f"[bold red]query failed[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
 def main() -> None:
     app()
 
