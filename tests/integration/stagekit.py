@@ -179,7 +179,7 @@ class StageEnv:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
         env["TIDELAKE_CONFIG"] = str(self.config_path)
         if crash_at is not None:
-            env["TIDELAKE_TEST_CRASH_AT"] = crash_at
+            env["TEST_TIDELAKE_CRASH_AT"] = crash_at
         env.update(extra_env or {})
         argv = [sys.executable, "-m", "tidelake.cli", "stage"] + (["--once"] if once else [])
         log = (self.log_dir / f"{name}.log").open("ab")

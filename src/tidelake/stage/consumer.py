@@ -24,10 +24,11 @@ which breaks a crash loop caused by the message itself. Decoding failures, inclu
 decoder bug raising something other than :class:`DecodeError`, are dead-lettered on the
 first delivery.
 
-Test-only hook: ``TIDELAKE_TEST_CRASH_AT=after_files`` (between the data files and the
+Test-only hook: ``TEST_TIDELAKE_CRASH_AT=after_files`` (between the data files and the
 manifest) or ``after_manifest`` (between the manifest and the acks) makes the process
 ``SIGKILL`` itself at exactly that point, the first time it gets there. The chaos tests use
-it; it must never be set in production.
+it; it must never be set in production. (Its name does not start with ``TIDELAKE_``: those
+variables are configuration overrides.)
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ DecodeFn = Callable[..., Decoded]
 #: The message key (Kafka key of a Debezium producer), handed to the decoder.
 KEY_HEADER = "Tidelake-Key"
 
-CRASH_HOOK_ENV = "TIDELAKE_TEST_CRASH_AT"
+CRASH_HOOK_ENV = "TEST_TIDELAKE_CRASH_AT"
 CRASH_POINTS = frozenset({"after_files", "after_manifest"})
 
 #: Seconds a fetch waits when the batch is empty (bounds how fast a stop request is seen).
