@@ -4,9 +4,12 @@ The source SQL type of each column travels in ``ChangeEvent.column_types`` (MySQ
 ``mysqlType`` strings, or PostgreSQL ``format_type`` names). Decisions worth knowing:
 
 * ``BIGINT UNSIGNED`` → ``DECIMAL(20,0)``: no Spark integer holds 2^64-1.
-* ``DATETIME`` (and PostgreSQL ``timestamp without time zone``) → ``TIMESTAMP_NTZ``: a
-  wall-clock value with no zone, kept as written. Hudi 1.1 stores it as Avro
-  ``local-timestamp-micros`` (tested in tests/integration/lake).
+* ``DATETIME`` (and PostgreSQL ``timestamp without time zone``) → ``TIMESTAMP``, the
+  wall-clock text read as UTC: ``2024-05-05 12:34:56`` is stored as that instant in UTC and
+  reads back as the same text in a UTC session. Hudi 1.1 itself handles ``TIMESTAMP_NTZ``
+  (Avro ``local-timestamp-micros``), but hudi-rs 0.5.0, the JVM-free reader of
+  ``verify``, panics on that logical type (``todo!()`` in its Avro → Arrow mapping), so the
+  lake does not use it.
 * MySQL ``TIMESTAMP`` → ``TIMESTAMP`` (an instant): canal-json renders it in the TiCDC
   server's time zone, given by ``source_timezone`` (default UTC).
 * ``TINYINT(1)`` stays an integer: MySQL lets it hold any value from -128 to 127.
@@ -21,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -43,7 +46,6 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    TimestampNTZType,
     TimestampType,
 )
 
@@ -68,6 +70,9 @@ LINEAGE_NAMES = frozenset(f.name for f in LINEAGE_FIELDS)
 
 _TYPE_RE = re.compile(r"^\s*([a-z][a-z0-9 _]*?)\s*(?:\((.*)\))?\s*(unsigned)?\s*(zerofill)?\s*$")
 _warned: set[str] = set()
+
+#: Zone-less source timestamps: stored as TIMESTAMP with their text read as UTC.
+_WALL_CLOCK_TYPES = frozenset({"datetime", "timestamp without time zone", "smalldatetime"})
 
 
 def _normalise(source_type: str) -> tuple[str, str | None, bool]:
@@ -137,8 +142,8 @@ def spark_type(source_type: str) -> DataType:
         return IntegerType()
     if name == "date":
         return DateType()
-    if name in ("datetime", "timestamp without time zone", "smalldatetime"):
-        return TimestampNTZType()
+    if name in _WALL_CLOCK_TYPES:
+        return TimestampType()  # see the module docstring: not TIMESTAMP_NTZ, for hudi-rs
     if name in ("timestamp", "timestamp with time zone", "timestamptz"):
         return TimestampType()
     if name in _BINARY_TYPES:
@@ -189,16 +194,23 @@ def _to_bool(value: Any) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
+_DECIMAL_CONTEXT = Context(prec=100)
+
+
 def _to_decimal(value: Any, scale: int) -> Decimal:
     try:
         number = Decimal(str(value).strip())
     except InvalidOperation as exc:
         raise ValueError(f"not a decimal: {value!r}") from exc
-    return number.quantize(Decimal(1).scaleb(-scale))
+    # The default context holds 28 digits; DECIMAL(38, s) needs more.
+    return number.quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
 
 
 def _is_zero_date(text: str) -> bool:
     return text.startswith("0000-00-00") or text[:10].endswith("-00")
+
+
+_EPOCH = dt.date(1970, 1, 1)
 
 
 def _to_date(value: Any) -> dt.date | None:
@@ -206,6 +218,8 @@ def _to_date(value: Any) -> dt.date | None:
         return value.date()
     if isinstance(value, dt.date):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _EPOCH + dt.timedelta(days=value)  # Debezium Date: days since the epoch
     text = str(value).strip()
     if _is_zero_date(text):
         return None
@@ -221,16 +235,11 @@ def _parse_datetime(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def _to_timestamp_ntz(value: Any) -> dt.datetime | None:
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None)
-    text = str(value)
-    if _is_zero_date(text.strip()):
-        return None
-    return _parse_datetime(text).replace(tzinfo=None)
-
-
 def _to_timestamp(value: Any, zone: dt.tzinfo) -> dt.datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # Epoch numbers (Debezium Timestamp / MicroTimestamp): milliseconds or microseconds.
+        seconds = value / 1_000_000 if abs(value) >= 10**14 else value / 1000
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
     if isinstance(value, dt.datetime):
         parsed = value
     else:
@@ -295,10 +304,9 @@ def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any],
         fn = _to_bool
     elif isinstance(target, DateType):
         fn = _to_date
-    elif isinstance(target, TimestampNTZType):
-        fn = _to_timestamp_ntz
     elif isinstance(target, TimestampType):
-        zone = _zone(source_timezone)
+        wall_clock = _normalise(source_type)[0] in _WALL_CLOCK_TYPES
+        zone = dt.UTC if wall_clock else _zone(source_timezone)
         fn = lambda v: _to_timestamp(v, zone)  # noqa: E731
     elif isinstance(target, BinaryType):
         fn = lambda v: _to_bytes(v, source_type)  # noqa: E731
