@@ -97,6 +97,8 @@ class OrderWorkload:
         self._last_physical = 0
         self._logical = 0
         self._emitted = 0
+        self._txn_ts = 0
+        self._txn_index = 0
         self._order_lines: dict[str, int] = {}
         # Live keys per table as a list (random picks) plus each key's slot in it.
         self._keys: dict[str, list[Key]] = {t: [] for t in SCHEMAS}
@@ -134,11 +136,16 @@ class OrderWorkload:
             "data": [row],
             "_tidb": {"commitTs": commit_ts},
         }
-        key = ".".join(str(row[c]) for c in PRIMARY_KEYS[table])
+        # The message id is the position: commitTs plus the index inside the transaction
+        # (one key may change twice in one transaction, so the key cannot stand in for it).
+        if commit_ts != self._txn_ts:
+            self._txn_ts, self._txn_index = commit_ts, 0
+        else:
+            self._txn_index += 1
         self._emitted += 1
         return Message(
             subject=f"cdc.{DATABASE}.{table}",
-            msg_id=f"tidb:{commit_ts}:{table}:{key}:{kind}",
+            msg_id=f"tidb:{commit_ts}:{self._txn_index}",
             payload=orjson.dumps(body),
             table=table,
             commit_ts_ms=physical,
@@ -177,7 +184,8 @@ class OrderWorkload:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
 
     def _money(self, low: int, high: int) -> str:
-        return str(Decimal(self._rng.randint(low * 100, high * 100)) / 100)
+        """Text of a DECIMAL(p,2) as TiDB renders it: always two decimals."""
+        return f"{Decimal(self._rng.randint(low * 100, high * 100)) / 100:.2f}"
 
     def _pick(self, table: str) -> Row | None:
         keys = self._keys[table]
