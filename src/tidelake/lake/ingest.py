@@ -59,6 +59,8 @@ log = structlog.get_logger(__name__)
 
 #: Source type assumed for a column an event carries without a type.
 UNTYPED = "text"
+#: Consecutive failed rounds of one table before it is paused (the others go on).
+MAX_TABLE_FAILURES = 3
 
 
 # --- pure logic: filtering and collapsing ---------------------------------------------------
@@ -316,9 +318,10 @@ class TableWriter:
         )
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
-        except Exception:
+        except Exception as exc:  # py4j / Spark errors: keep the first line, chain the rest
             self.forget(table_id)
-            raise
+            first_line = str(exc).strip().split("\n", 1)[0]
+            raise IngestError(f"{table_id}: the Hudi write failed: {first_line}") from exc
         committed_at_ms = int(time.time() * 1000)
         committed = read_checkpoint(self.spark, path)
         if committed is None or committed.checkpoint != checkpoint:
@@ -433,6 +436,7 @@ class Ingestor:
         self.storage = storage or open_storage(config.stage_root)
         self.writer = TableWriter(config, spark)
         self.paused: dict[str, str] = {}
+        self.failures: dict[str, int] = {}
         state = local_dir(config.lake_root)
         if state is None:
             raise IngestError(f"lake root {config.lake_root!r}: only local lakes so far")
@@ -451,12 +455,16 @@ class Ingestor:
             log.warning("unreadable cursor hint ignored", path=str(self.state_dir / "cursor.json"))
             return 0
 
-    def _write_cursor(self, seq: int) -> None:
+    def _advance_cursor(self, seq: int) -> None:
+        self.cursor = seq
+        if self.paused:
+            # A paused table has events in this round that it did not apply: keep the saved
+            # hint behind them so a restart (which un-pauses) reads them again.
+            return
         target = self.state_dir / "cursor.json"
         tmp = target.with_suffix(".tmp")
         tmp.write_bytes(orjson.dumps({"seq": seq}))
         os.replace(tmp, target)
-        self.cursor = seq
 
     def _append(self, name: str, record: dict[str, Any]) -> None:
         with (self.state_dir / name).open("ab") as f:
@@ -504,6 +512,12 @@ class Ingestor:
             events.sort(key=lambda e: e.seq)  # stable: stream order, file order within a seq
         return per_table
 
+    def _pause(self, table_id: str, reason: str) -> TableResult:
+        self.paused[table_id] = reason
+        self._write_paused()
+        log.error("table paused", table=table_id, reason=reason)
+        return TableResult(table_id, refused=reason)
+
     def step(self, stop: threading.Event | None = None) -> RoundResult:
         """Apply the next round; an empty result when nothing is staged."""
         result = RoundResult()
@@ -522,10 +536,18 @@ class Ingestor:
             try:
                 table_result = self.writer.apply(table_id, database, table, events, result.seq_last)
             except TableRefused as exc:
-                self.paused[table_id] = str(exc)
-                self._write_paused()
-                log.error("table paused", table=table_id, reason=str(exc))
-                table_result = TableResult(table_id, refused=str(exc))
+                table_result = self._pause(table_id, str(exc))
+            except IngestError as exc:
+                # A failing table must not hold the others back forever: retry it a few
+                # rounds (the cursor stays), then pause it.
+                self.failures[table_id] = self.failures.get(table_id, 0) + 1
+                if self.failures[table_id] < MAX_TABLE_FAILURES:
+                    raise
+                table_result = self._pause(
+                    table_id, f"{exc} (failed {MAX_TABLE_FAILURES} times in a row)"
+                )
+            else:
+                self.failures.pop(table_id, None)
             result.tables.append(table_result)
             if table_result.committed:
                 self._append("commits.jsonl", table_result.committed)
@@ -541,7 +563,7 @@ class Ingestor:
                         "at_ms": int(time.time() * 1000),
                     },
                 )
-        self._write_cursor(max(self.cursor, result.seq_last))
+        self._advance_cursor(max(self.cursor, result.seq_last))
         return result
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:

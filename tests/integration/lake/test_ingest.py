@@ -293,6 +293,12 @@ def test_a_table_without_primary_key_is_refused_while_another_table_lands(lake: 
     paused = orjson.loads((Path(lake.config.lake_root) / "_tidelake" / "paused.json").read_bytes())
     assert stats.refused == paused
     assert not Path(lake.path("shop.audit")).exists()
+    # The saved cursor hint stays behind the paused table's events: a restart reads them
+    # again (and refuses again) while the other table skips what its checkpoint holds.
+    assert not (Path(lake.config.lake_root) / "_tidelake" / "cursor.json").exists()
+    again = lake.ingest()
+    expected_again = (["shop.audit"], 0, 1)
+    assert expected_again == (list(again.refused), again.commits, again.duplicates)
 
 
 def test_add_column_evolves_the_schema_and_ddl_is_a_round_barrier(lake: Lake) -> None:
