@@ -180,3 +180,9 @@ class Heartbeat:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def scalar_fields(obj: object) -> dict[str, Any]:
+    """The int, float, str and bool attributes of ``obj`` (a stats dataclass), safe to read
+    from another thread while the owner updates its collections."""
+    return {k: v for k, v in list(vars(obj).items()) if isinstance(v, int | float | str | bool)}

@@ -314,6 +314,7 @@ def _noop() -> None:
 
 async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:
     """``tidelake stage``: connect, provision streams and consumer, stage until signalled."""
+    from tidelake.api.heartbeat import Heartbeat, scalar_fields
     from tidelake.bus.connection import connect
     from tidelake.bus.provision import ensure_consumer, ensure_streams
 
@@ -325,8 +326,10 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
         js = nc.jetstream()
         await ensure_streams(js, cfg.bus)
         await ensure_consumer(js, cfg.bus)
-        stager = Stager(nc, cfg.bus, cfg.stage, open_storage(cfg.stage_root))
+        storage = open_storage(cfg.stage_root)
+        stager = Stager(nc, cfg.bus, cfg.stage, storage)
         stager.install_signal_handlers()
-        return await stager.run(once=once)
+        with Heartbeat(storage.put, "stager", lambda: scalar_fields(stager.stats)):
+            return await stager.run(once=once)
     finally:
         await nc.close()
