@@ -1,0 +1,175 @@
+"""Pausing and resuming a table: the control file the API writes and the ingest honours.
+
+``<lake_root>/_tidelake/control.json`` holds the last request per table::
+
+    {"tables": {"shop.orders": {"action": "pause", "reason": "backfill", "at_ms": 1714929186000},
+                "shop.items":  {"action": "resume", "reason": "", "at_ms": 1714929190000}}}
+
+Writers (``tidelake table pause|resume``, ``POST /api/tables/{table}/pause|resume``) replace the
+table's entry under a file lock and rename the file into place. The ingest calls
+:meth:`TableControl.apply` at the start of every round; it re-reads the file only when it
+changed, and applies each entry once (by ``at_ms``):
+
+* ``pause``: the table joins the ingest's paused tables (``paused.json``, with the reason
+  ``paused by operator: …``); its events are left for later and the saved cursor hint stays
+  behind them, exactly like a table the ingest paused itself. A pause survives a restart of
+  the ingest, since the entry stays in the file.
+* ``resume``: the table leaves the paused tables, whether an operator or the ingest paused it,
+  and its failure count is reset; the ingest's cursor goes back to the table's checkpoint so
+  the events it skipped while paused are read again (the other tables skip them by their
+  own checkpoints, DESIGN.md §3 rule 1).
+
+``paused.json`` says what the ingest *did*; ``control.json`` what was *asked*.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import orjson
+import structlog
+
+log = structlog.get_logger(__name__)
+
+CONTROL_FILE = "control.json"
+PAUSED_FILE = "paused.json"
+OPERATOR_PREFIX = "paused by operator"
+
+Action = Literal["pause", "resume"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableRequest:
+    """The last pause or resume asked for one table."""
+
+    table: str
+    action: Action
+    reason: str
+    at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "reason": self.reason, "at_ms": self.at_ms}
+
+
+def read_requests(state_dir: Path) -> dict[str, TableRequest]:
+    """Every table's last request (empty when the file is missing or unreadable)."""
+    try:
+        data = orjson.loads((state_dir / CONTROL_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    out: dict[str, TableRequest] = {}
+    tables = data.get("tables") if isinstance(data, dict) else None
+    for table, entry in (tables or {}).items():
+        try:
+            action = entry["action"]
+            if action not in ("pause", "resume"):
+                continue
+            out[table] = TableRequest(
+                table, action, str(entry.get("reason", "")), int(entry["at_ms"])
+            )
+        except (KeyError, TypeError, ValueError):
+            log.warning("control entry ignored", table=table, entry=entry)
+    return out
+
+
+def read_paused(state_dir: Path) -> dict[str, str]:
+    """``paused.json``: the tables the ingest holds paused, with the reason."""
+    try:
+        data = orjson.loads((state_dir / PAUSED_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / ".control.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def request(state_dir: Path, table: str, action: Action, reason: str = "") -> TableRequest:
+    """Record a pause or resume of ``table`` for the ingest to apply at its next round."""
+    if "." not in table:
+        raise ValueError(f"{table!r}: a table is named <database>.<table>")
+    with _locked(state_dir):
+        current = {t: r.to_dict() for t, r in read_requests(state_dir).items()}
+        # at_ms strictly grows per table, so two requests in one millisecond both apply.
+        previous = current.get(table, {}).get("at_ms", 0)
+        req = TableRequest(table, action, reason, max(int(time.time() * 1000), previous + 1))
+        current[table] = req.to_dict()
+        target = state_dir / CONTROL_FILE
+        tmp = target.with_name(f".{CONTROL_FILE}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps({"tables": current}, option=orjson.OPT_INDENT_2))
+        os.replace(tmp, target)
+    log.info("table control requested", table=table, action=action, reason=reason)
+    return req
+
+
+class Controlled(Protocol):
+    """What :meth:`TableControl.apply` needs of the ingest (``lake.ingest.Ingestor``)."""
+
+    paused: dict[str, str]
+    failures: dict[str, int]
+    cursor: int
+
+    @property
+    def writer(self) -> Any: ...
+
+    def _write_paused(self) -> None: ...
+
+
+class TableControl:
+    """The ingest's side: apply new requests of ``control.json`` at the start of a round."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._seen_mtime_ns = -1
+        self._applied: dict[str, int] = {}
+
+    def _changed(self) -> bool:
+        try:
+            mtime = (self.state_dir / CONTROL_FILE).stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self._seen_mtime_ns:
+            return False
+        self._seen_mtime_ns = mtime
+        return True
+
+    def apply(self, ingest: Controlled) -> list[TableRequest]:
+        """Apply the requests not applied yet; returns them (usually none, cheaply)."""
+        if not self._changed():
+            return []
+        done: list[TableRequest] = []
+        for table, req in read_requests(self.state_dir).items():
+            if self._applied.get(table, 0) >= req.at_ms:
+                continue
+            self._applied[table] = req.at_ms
+            if req.action == "pause":
+                reason = f"{OPERATOR_PREFIX}: {req.reason}" if req.reason else OPERATOR_PREFIX
+                ingest.paused[table] = reason
+            elif table in ingest.paused:
+                del ingest.paused[table]
+                ingest.failures.pop(table, None)
+                checkpoint = ingest.writer.checkpoint(table)
+                floor = int(checkpoint.seq) if checkpoint is not None else 0
+                ingest.cursor = min(ingest.cursor, floor)
+            else:
+                continue
+            done.append(req)
+            log.info("table control applied", table=table, action=req.action, cursor=ingest.cursor)
+        if done:
+            ingest._write_paused()
+        return done
