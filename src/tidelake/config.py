@@ -144,6 +144,9 @@ class LakeConfig(_Model):
         {}, description="per table 'db.table': partition columns; none by default"
     )
     hudi_options: dict[str, str] = Field({}, description="extra Hudi write options, all tables")
+    source_timezone: str = Field(
+        "UTC", description="zone of the source's TIMESTAMP / DATETIME text (IANA name)"
+    )
     spark: SparkConfig = SparkConfig()
 
 
@@ -152,6 +155,9 @@ class IngestConfig(_Model):
 
     interval_s: float = Field(1.0, gt=0, description="continuous mode: pause when idle")
     max_batch_events: int = Field(500_000, ge=1, description="events merged into one commit")
+    parallel_tables: int = Field(
+        4, ge=1, le=64, description="tables committed at once (one Spark job each)"
+    )
 
 
 class ApiConfig(_Model):

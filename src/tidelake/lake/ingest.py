@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from tidelake.api.heartbeat import write_heartbeat
 from tidelake.config import Config
 from tidelake.errors import IngestError, TableRefused, Terminal
 from tidelake.events import ChangeEvent, Op
@@ -254,7 +256,7 @@ class TableWriter:
         self.config = config
         self.spark = spark
         self.lake_root = config.lake_root
-        self.source_timezone: str = str(getattr(config.lake, "source_timezone", "UTC"))
+        self.source_timezone = config.lake.source_timezone
         self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
 
     def checkpoint(self, table_id: str) -> TableCheckpoint | None:
@@ -443,6 +445,7 @@ class Ingestor:
         self.state_dir = state / TIDELAKE_DIR
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.cursor = self._read_cursor()
+        self._pause_lock = threading.Lock()
 
     # -- local state: cursor hint and logs
 
@@ -512,9 +515,58 @@ class Ingestor:
             events.sort(key=lambda e: e.seq)  # stable: stream order, file order within a seq
         return per_table
 
+    def _apply_table(
+        self,
+        table_id: str,
+        events: Sequence[ChangeEvent],
+        seq_last: int,
+        stop: threading.Event | None,
+    ) -> TableResult | None:
+        """One table's commit of the round; None when a stop came first."""
+        if stop is not None and stop.is_set():
+            return None
+        try:
+            table_result = self.writer.apply(
+                table_id, events[0].database, events[0].table, events, seq_last
+            )
+        except TableRefused as exc:
+            return self._pause(table_id, str(exc))
+        except IngestError as exc:
+            # A failing table must not hold the others back forever: retry it a few
+            # rounds (the cursor stays), then pause it.
+            self.failures[table_id] = self.failures.get(table_id, 0) + 1
+            if self.failures[table_id] < MAX_TABLE_FAILURES:
+                raise
+            return self._pause(table_id, f"{exc} (failed {MAX_TABLE_FAILURES} times in a row)")
+        self.failures.pop(table_id, None)
+        return table_result
+
+    def _record(self, table_result: TableResult, seq_last: int) -> None:
+        if table_result.committed:
+            self._append("commits.jsonl", table_result.committed)
+            log.info("committed", **table_result.committed)
+        if table_result.duplicates or table_result.stale:
+            self._append(
+                "skipped.jsonl",
+                {
+                    "table": table_result.table,
+                    "seq_last": seq_last,
+                    "duplicates": table_result.duplicates,
+                    "stale": table_result.stale,
+                    "at_ms": int(time.time() * 1000),
+                },
+            )
+
+    def heartbeat(self, state: str) -> None:
+        """Tell ``serve``/``status``/the demo what the ingest is doing."""
+        write_heartbeat(
+            self.state_dir, "ingest", state, cursor=self.cursor, paused=sorted(self.paused)
+        )
+
     def _pause(self, table_id: str, reason: str) -> TableResult:
-        self.paused[table_id] = reason
-        self._write_paused()
+        with self._pause_lock:  # commit threads may pause tables at the same time
+            self.paused[table_id] = reason
+            self._write_paused()
         log.error("table paused", table=table_id, reason=reason)
         return TableResult(table_id, refused=reason)
 
@@ -526,43 +578,37 @@ class Ingestor:
             return result
         result.manifests = len(manifests)
         result.seq_last = max(m.seq_last for m in manifests)
-        for table_id, events in self._round_events(manifests).items():
-            if stop is not None and stop.is_set():
-                result.interrupted = True
-                return result  # the cursor stays: checkpoints skip what was committed
-            if table_id in self.paused:
-                continue
-            database, table = events[0].database, events[0].table
-            try:
-                table_result = self.writer.apply(table_id, database, table, events, result.seq_last)
-            except TableRefused as exc:
-                table_result = self._pause(table_id, str(exc))
-            except IngestError as exc:
-                # A failing table must not hold the others back forever: retry it a few
-                # rounds (the cursor stays), then pause it.
-                self.failures[table_id] = self.failures.get(table_id, 0) + 1
-                if self.failures[table_id] < MAX_TABLE_FAILURES:
-                    raise
-                table_result = self._pause(
-                    table_id, f"{exc} (failed {MAX_TABLE_FAILURES} times in a row)"
-                )
-            else:
-                self.failures.pop(table_id, None)
-            result.tables.append(table_result)
-            if table_result.committed:
-                self._append("commits.jsonl", table_result.committed)
-                log.info("committed", **table_result.committed)
-            if table_result.duplicates or table_result.stale:
-                self._append(
-                    "skipped.jsonl",
-                    {
-                        "table": table_id,
-                        "seq_last": result.seq_last,
-                        "duplicates": table_result.duplicates,
-                        "stale": table_result.stale,
-                        "at_ms": int(time.time() * 1000),
-                    },
-                )
+        self.heartbeat("applying")
+        todo = [
+            (table_id, events)
+            for table_id, events in self._round_events(manifests).items()
+            if table_id not in self.paused
+        ]
+        # Tables are independent Hudi tables: commit them concurrently (one Spark job each),
+        # so one round costs about its slowest table instead of the sum of all of them.
+        failed: list[IngestError] = []
+        with ThreadPoolExecutor(
+            max_workers=self.config.ingest.parallel_tables, thread_name_prefix="commit"
+        ) as pool:
+            futures = {
+                pool.submit(self._apply_table, table_id, events, result.seq_last, stop): table_id
+                for table_id, events in todo
+            }
+            for future in as_completed(futures):
+                try:
+                    table_result = future.result()
+                except IngestError as exc:
+                    failed.append(exc)
+                    continue
+                if table_result is None:
+                    result.interrupted = True
+                    continue
+                result.tables.append(table_result)
+                self._record(table_result, result.seq_last)
+        if failed:
+            raise failed[0]
+        if result.interrupted:
+            return result  # the cursor stays: checkpoints skip what was committed
         self._advance_cursor(max(self.cursor, result.seq_last))
         return result
 
@@ -584,6 +630,7 @@ class Ingestor:
         """
         stats = IngestStats()
         failures = 0
+        self.heartbeat("idle")
         while not stop.is_set():
             try:
                 result = self.step(stop)
@@ -599,7 +646,9 @@ class Ingestor:
             if result.manifests:
                 stats.add(result)
             else:
+                self.heartbeat("idle")
                 stop.wait(interval_s)
+        self.heartbeat("stopped")
         return stats
 
 

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tidelake.api.heartbeat import read_heartbeat
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
@@ -211,6 +212,23 @@ def _wait_for_lake(
         time.sleep(0.25)
 
 
+def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Console) -> None:
+    """Publish only once the ingest's Spark session is up: freshness then measures the
+    pipeline, not the JVM's start (which happens once per process, not per event)."""
+    with console.status("starting Spark and the Hudi writer"):
+        deadline = time.monotonic() + 300
+        while read_heartbeat(state_dir, "ingest") is None:
+            for child in children:
+                if not child.alive():
+                    raise RuntimeError(
+                        f"the {child.name} process exited ({child.returncode()}); its log:\n"
+                        + child.log_tail()
+                    )
+            if time.monotonic() > deadline:
+                raise TimeoutError("the ingest did not start within 300 s")
+            time.sleep(0.2)
+
+
 def _verify(lake_root: str, workload: OrderWorkload) -> list[Comparison]:
     from tidelake.lake.verify import read_table  # hudi-rs: JVM-free
 
@@ -252,6 +270,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         ]
         for child in children:
             child.start()
+        _wait_for_ingest(Path(cfg.lake_root) / "_tidelake", children, console)
         workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
         columns = [
             TextColumn("{task.description:<24}"),
