@@ -160,6 +160,38 @@ class IngestConfig(_Model):
     )
 
 
+class CaptureConfig(_Model):
+    """``tidelake capture``: change capture from MySQL/MariaDB or PostgreSQL (docs/capture.md)."""
+
+    source: str | None = Field(
+        None, description="mysql://user@host:port/ or postgresql://user@host:port/dbname"
+    )
+    password: SecretStr | None = Field(None, description="env TIDELAKE_CAPTURE__PASSWORD")
+    password_file: Path | None = Field(None, description="file holding the source password")
+    tables: list[str] = Field(
+        [], description="'db.table' or 'db.*' (PostgreSQL: 'schema.table'); empty = all"
+    )
+    snapshot: Literal["initial", "never"] = Field(
+        "initial", description="read existing rows first (initial) or stream changes only"
+    )
+    chunk_rows: int = Field(10_000, ge=1, description="rows per snapshot chunk (keyset reads)")
+    server_id: int = Field(
+        4_000_001, ge=1, description="MySQL replica server_id (unique on the source)"
+    )
+    slot: str = Field("tidelake", description="PostgreSQL logical replication slot")
+    publication: str = Field("tidelake", description="PostgreSQL publication")
+    heartbeat_s: float = Field(
+        10.0, gt=0, description="PostgreSQL: confirm idle WAL at least this often"
+    )
+    outbox: bool = Field(False, description="PostgreSQL: capture through a transactional outbox")
+    position_file: Path | None = Field(
+        None, description="default: <home>/capture/position.json"
+    )
+
+    def resolved_password(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
 class ApiConfig(_Model):
     """``tidelake serve``."""
 
@@ -183,6 +215,7 @@ class Config(_Model):
     lake: LakeConfig = LakeConfig()
     ingest: IngestConfig = IngestConfig()
     api: ApiConfig = ApiConfig()
+    capture: CaptureConfig = CaptureConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )
@@ -194,6 +227,10 @@ class Config(_Model):
     @property
     def lake_root(self) -> str:
         return self.lake.root or str((self.home / "lake").resolve())
+
+    @property
+    def capture_position_file(self) -> Path:
+        return (self.capture.position_file or self.home / "capture" / "position.json").resolve()
 
     @property
     def nats_store_dir(self) -> Path:
