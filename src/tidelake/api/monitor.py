@@ -1,0 +1,301 @@
+"""The pipeline as ``tidelake serve`` sees it: one snapshot from the durable record, the
+heartbeat files and JetStream, behind both ``/metrics`` and ``/api/status``.
+
+A snapshot is rebuilt at most once per :data:`MIN_REFRESH_S` (a dashboard poll and a
+Prometheus scrape at the same moment share one), and each rebuild reads only what was
+appended since the last (:mod:`tidelake.api.records`).
+
+States, per table: ``paused`` (the ingest holds it), ``stale`` (messages for it are in the
+stream beyond its checkpoint and its freshness is past ``stale_after_s``), ``catching_up``
+(messages beyond its checkpoint, still fresh), ``fresh`` (its checkpoint covers the last
+message of its subject), ``unknown`` (the bus is unreachable). The pipeline is ``down`` when
+the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
+when the bus is unreachable or dead letters wait, ``healthy`` otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from tidelake.api.heartbeat import heartbeat_age_s, is_up
+from tidelake.api.jetstream import JetStream, is_bus_error
+from tidelake.api.records import Histogram, LakeRecord, StageRecord
+from tidelake.config import Config
+from tidelake.errors import IngestError
+from tidelake.lake.hudi import TIDELAKE_DIR, local_dir
+from tidelake.stage.storage import open_storage
+
+log = structlog.get_logger(__name__)
+
+#: Two requests within this many seconds share one snapshot.
+MIN_REFRESH_S = 0.5
+#: Default: a table with unapplied messages whose freshness passes this is stale.
+STALE_AFTER_S = 60.0
+#: New manifests whose batch latency is measured per refresh (one message read each).
+LATENCY_SAMPLES_PER_REFRESH = 200
+
+
+def lake_state_dir(cfg: Config) -> Path:
+    root = local_dir(cfg.lake_root)
+    if root is None:
+        raise IngestError(f"lake root {cfg.lake_root!r}: only local lakes so far")
+    return root / TIDELAKE_DIR
+
+
+@dataclass
+class Snapshot:
+    """Everything one refresh learned; the status JSON and the metrics render it."""
+
+    now_ms: int
+    stage: StageRecord
+    lake: LakeRecord
+    stager: dict[str, Any] | None
+    ingest: dict[str, Any] | None
+    bus: dict[str, Any] | None
+    bus_error: str | None
+    stale_after_s: float
+    capture_lag_s: dict[str, float] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _capture_lag_s(data: bytes | None, seq: int, stored_ms: int | None) -> float | None:
+    """Seconds from the source commit of a message to JetStream storing it."""
+    if not data or stored_ms is None:
+        return None
+    from tidelake.formats import decode
+
+    try:
+        decoded = decode(data, seq=seq)
+    except Exception:
+        return None
+    times = [e.commit_ts_ms for e in decoded.events if e.commit_ts_ms is not None]
+    return max(0.0, (stored_ms - max(times)) / 1000) if times else None
+
+
+class Monitor:
+    """Owns the readers and the bus connection of one ``tidelake serve``."""
+
+    def __init__(
+        self, cfg: Config, *, stale_after_s: float = STALE_AFTER_S, bus: JetStream | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.stale_after_s = stale_after_s
+        self.bus = bus or JetStream(cfg.bus)
+        self.stage = StageRecord(open_storage(cfg.stage_root))
+        self.lake = LakeRecord(lake_state_dir(cfg))
+        self._snapshot: Snapshot | None = None
+        self._lock = asyncio.Lock()
+        self._latency_todo: list[tuple[int, int]] = []
+
+    async def snapshot(self) -> Snapshot:
+        async with self._lock:
+            now = time.time()
+            held = self._snapshot
+            if held is not None and now * 1000 - held.now_ms < MIN_REFRESH_S * 1000:
+                return held
+            self._snapshot = await self._refresh()
+            return self._snapshot
+
+    async def _refresh(self) -> Snapshot:
+        new = await asyncio.to_thread(self.stage.refresh)
+        await asyncio.to_thread(self.lake.refresh)
+        self._latency_todo.extend((m.seq_first, m.created_at_ms) for m in new)
+        # Only the newest manifests are measured: a first scan of a long history must not
+        # read a message per batch ever staged.
+        self._latency_todo = self._latency_todo[-LATENCY_SAMPLES_PER_REFRESH:]
+        snap = Snapshot(
+            now_ms=int(time.time() * 1000),
+            stage=self.stage,
+            lake=self.lake,
+            stager=await asyncio.to_thread(self.stage.heartbeat),
+            ingest=self.lake.heartbeat(),
+            bus=None,
+            bus_error=None,
+            stale_after_s=self.stale_after_s,
+        )
+        tables = sorted(set(self.lake.tables) | set(self.stage.totals.events_by_table))
+        try:
+            snap.bus = await asyncio.wait_for(self.bus.state(tables), timeout=10)
+            todo, self._latency_todo = self._latency_todo, []
+            for seq_first, created_ms in todo:
+                stored = await self.bus.message_time_ms(seq_first)
+                if stored is not None:
+                    self.stage.totals.batch_latency.observe(max(0.0, (created_ms - stored) / 1000))
+            for table, last in snap.bus["last_by_table"].items():
+                lag = _capture_lag_s(last.pop("data", None), last["seq"], last["time_ms"])
+                if lag is not None:
+                    snap.capture_lag_s[table] = lag
+        except Exception as exc:
+            if not is_bus_error(exc) and not isinstance(exc, TimeoutError):
+                log.exception("bus state failed")
+            snap.bus_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            await self.bus.close()
+        snap.errors = self._errors(snap)
+        return snap
+
+    def _errors(self, snap: Snapshot) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if snap.bus_error:
+            out.append({"source": "bus", "message": snap.bus_error})
+        for table, reason in self.lake.paused.items():
+            out.append({"source": "ingest", "table": table, "message": f"paused: {reason}"})
+        for name, record in (("ingest", snap.ingest), ("stager", snap.stager)):
+            if record and record.get("last_error"):
+                out.append({"source": name, "message": str(record["last_error"])})
+        dlq = (snap.bus or {}).get("dlq") or {}
+        if dlq.get("messages"):
+            out.append(
+                {
+                    "source": "stager",
+                    "message": f"{dlq['messages']} message(s) in the dead-letter queue",
+                }
+            )
+        return out
+
+    async def close(self) -> None:
+        await self.bus.close()
+
+
+# --- rendering: the status JSON -------------------------------------------------------------
+
+
+def _process(
+    record: dict[str, Any] | None, now_ms: int, last_activity_ms: int = 0
+) -> dict[str, Any]:
+    return {
+        "up": is_up(record, now_ms, last_activity_ms=last_activity_ms),
+        "state": (record or {}).get("state", "unknown"),
+        "heartbeat_age_s": heartbeat_age_s(record, now_ms),
+        "pid": (record or {}).get("pid"),
+        "host": (record or {}).get("host"),
+        "record": record,
+    }
+
+
+def table_states(snap: Snapshot) -> list[dict[str, Any]]:
+    """One entry per table known to the lake, the staging root or the control file."""
+    now = snap.now_ms
+    last_by_table = (snap.bus or {}).get("last_by_table", {})
+    names = sorted(set(snap.lake.tables) | set(snap.stage.totals.events_by_table))
+    out = []
+    for name in names:
+        t = snap.lake.table(name)
+        freshness = (
+            None if t.max_commit_ts_ms is None else max(0.0, (now - t.max_commit_ts_ms) / 1000)
+        )
+        last = last_by_table.get(name)
+        stream_last = last["seq"] if last else None
+        request = snap.lake.requests.get(name)
+        paused = snap.lake.paused.get(name)
+        if paused is not None:
+            state = "paused"
+        elif snap.bus is None:
+            state = "unknown"
+        elif stream_last is None or t.checkpoint_seq >= stream_last:
+            state = "fresh"
+        else:
+            # Behind the stream: stale once the newest applied change (or, for a table never
+            # committed, the newest message waiting for it) is older than the threshold.
+            since = t.max_commit_ts_ms if t.max_commit_ts_ms is not None else last["time_ms"]
+            behind_s = (now - (since or now)) / 1000
+            state = "stale" if behind_s > snap.stale_after_s else "catching_up"
+        out.append(
+            {
+                "table": name,
+                "state": state,
+                "freshness_s": freshness,
+                "lag_s": t.lag_s,
+                "capture_lag_s": snap.capture_lag_s.get(name),
+                "last_commit_ms": t.last_commit_ms,
+                "max_commit_ts_ms": t.max_commit_ts_ms,
+                "checkpoint_seq": t.checkpoint_seq,
+                "stream_last_seq": stream_last,
+                "schema_version": t.schema_version,
+                "commits": t.commits,
+                "events": t.events,
+                "upserts": t.upserts,
+                "deletes": t.deletes,
+                "staged_events": snap.stage.totals.events_by_table.get(name, 0),
+                "skipped_duplicates": t.skipped_duplicates,
+                "skipped_stale": t.skipped_stale,
+                "last_commit_duration_ms": t.last_duration_ms,
+                "paused": paused,
+                "control": request.to_dict() if request else None,
+                "recent_commits": list(t.recent)[-5:][::-1],
+            }
+        )
+    return out
+
+
+def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    problems: list[str] = []
+    ingest_up = is_up(snap.ingest, snap.now_ms, last_activity_ms=_last_commit_ms(snap))
+    stager_up = is_up(snap.stager, snap.now_ms)
+    if not ingest_up:
+        problems.append("the ingest is down")
+    if not stager_up:
+        problems.append("the stager is down")
+    for t in tables:
+        if t["state"] in ("stale", "paused"):
+            problems.append(f"{t['table']} is {t['state']}")
+    if snap.bus_error:
+        problems.append(f"the bus is unreachable: {snap.bus_error}")
+    dlq = ((snap.bus or {}).get("dlq") or {}).get("messages", 0)
+    if dlq:
+        problems.append(f"{dlq} dead letter(s)")
+    if not ingest_up or not stager_up:
+        return "down", problems
+    if any(t["state"] in ("stale", "paused") for t in tables):
+        return "stale", problems
+    if problems:
+        return "degraded", problems
+    return "healthy", problems
+
+
+def _last_commit_ms(snap: Snapshot) -> int:
+    return max((t.last_commit_ms or 0 for t in snap.lake.tables.values()), default=0)
+
+
+def status_json(snap: Snapshot) -> dict[str, Any]:
+    """``GET /api/status``: the whole pipeline in one document (docs/operations.md)."""
+    tables = table_states(snap)
+    state, problems = pipeline_state(snap, tables)
+    totals = snap.stage.totals
+    freshness = [t["freshness_s"] for t in tables if t["freshness_s"] is not None]
+    bus = dict(snap.bus or {})
+    bus.pop("last_by_table", None)
+    return {
+        "now_ms": snap.now_ms,
+        "state": state,
+        "problems": problems,
+        "stale_after_s": snap.stale_after_s,
+        "freshness_s": max(freshness) if freshness else None,
+        "processes": {
+            "stager": _process(snap.stager, snap.now_ms),
+            "ingest": _process(snap.ingest, snap.now_ms, _last_commit_ms(snap)),
+        },
+        "bus": {"up": snap.bus is not None, "error": snap.bus_error, **bus},
+        "stage": {
+            "batches": totals.batches,
+            "received": totals.received,
+            "staged": totals.staged,
+            "dead_lettered": totals.dead_lettered,
+            "skipped": totals.skipped,
+            "last_seq": totals.last_seq,
+            "last_manifest_ms": totals.last_manifest_ms,
+            "by_reason": dict(totals.by_reason),
+        },
+        "tables": tables,
+        "recent_commits": list(snap.lake.recent)[-20:][::-1],
+        "errors": snap.errors,
+    }
+
+
+def histogram_json(h: Histogram) -> dict[str, Any]:
+    return {"count": h.count, "sum": h.sum, "buckets": dict(h.cumulative())}

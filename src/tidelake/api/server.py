@@ -1,0 +1,286 @@
+"""``tidelake serve``: Prometheus metrics, the status and management API, the dashboard.
+
+One FastAPI application (OpenAPI at ``/docs`` and ``/openapi.json``):
+
+* ``GET /metrics`` — Prometheus exposition (docs/metrics.md);
+* ``GET /api/status`` and ``/api/tables[/{table}]`` — the pipeline and its tables;
+* ``POST /api/tables/{table}/pause|resume`` — the control file the ingest honours;
+* ``GET /api/messages[/{seq}]`` — the message explorer (delivered vs pending);
+* ``GET /api/dlq[/{seq}]``, ``POST /api/dlq/{seq}/replay|discard`` — dead letters;
+* ``POST /api/replay`` — republish the stream from a sequence or a time;
+* ``/`` — the dashboard (static files built from ``dashboard/`` into ``api/static/``).
+
+It binds 127.0.0.1 by default. Off loopback a bearer token is required (``api.token``, env
+``TIDELAKE_API__TOKEN``; :class:`~tidelake.config.ApiConfig` refuses the config otherwise);
+when a token is set every route but ``/api/health`` and the dashboard's static files needs
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from tidelake import __version__
+from tidelake.api import control, metrics
+from tidelake.api.jetstream import is_bus_error
+from tidelake.api.monitor import STALE_AFTER_S, Monitor, status_json, table_states
+from tidelake.config import Config
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+_MISSING_DASHBOARD = """<!doctype html><html><head><title>tidelake</title></head><body>
+<h1>tidelake</h1><p>The dashboard is not built into this installation: run
+<code>make dashboard</code> in the repository (needs Node.js and npm), then restart
+<code>tidelake serve</code>. The API works: <a href="/api/status">/api/status</a>,
+<a href="/metrics">/metrics</a>, <a href="/docs">/docs</a>.</p></body></html>"""
+
+
+def parse_time_ms(text: str) -> int:
+    """Unix seconds (``1714929186``, ``1714929186.5``) or ISO 8601 (UTC when no zone)."""
+    try:
+        return int(float(text) * 1000)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: not Unix seconds nor an ISO 8601 time") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
+class PauseRequest(BaseModel):
+    reason: str = Field("", description="why (shown in paused.json and the dashboard)")
+
+
+class ReplayRequest(BaseModel):
+    from_seq: int | None = Field(None, ge=1, description="first stream sequence to replay")
+    from_time: str | None = Field(None, description="or the first time (ISO 8601 / Unix s)")
+    to_seq: int | None = Field(None, ge=1, description="last sequence (default: the last now)")
+    subject: str | None = Field(None, description="only this subject (wildcards allowed)")
+    table: str | None = Field(None, description="only this table (<db>.<table>)")
+    dry_run: bool = Field(False, description="count what would be replayed, publish nothing")
+
+
+def create_app(
+    cfg: Config,
+    *,
+    stale_after_s: float = STALE_AFTER_S,
+    monitor: Monitor | None = None,
+    static_dir: Path | None = None,
+) -> FastAPI:
+    """The application; ``monitor`` and ``static_dir`` may be given by tests."""
+    mon = monitor or Monitor(cfg, stale_after_s=stale_after_s)
+    token = cfg.api.token.get_secret_value() if cfg.api.token else None
+    static = static_dir or STATIC_DIR
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await mon.close()
+
+    app = FastAPI(
+        title="tidelake",
+        version=__version__,
+        description="Status, metrics and management of a tidelake pipeline.",
+        lifespan=lifespan,
+    )
+
+    async def authorized(request: Request) -> None:
+        if token is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), token):
+            raise HTTPException(
+                401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    auth = [Depends(authorized)]
+
+    def bus_failed(exc: Exception) -> HTTPException:
+        return HTTPException(503, f"the bus is unreachable: {type(exc).__name__}: {exc}")
+
+    @app.get("/api/health", tags=["status"])
+    async def health() -> dict[str, Any]:
+        """Liveness of the server itself (no token needed)."""
+        return {"ok": True, "version": __version__, "auth": token is not None}
+
+    @app.get("/metrics", tags=["status"], dependencies=auth, response_class=Response)
+    async def prometheus() -> Response:
+        """Prometheus exposition of every metric in docs/metrics.md."""
+        snap = await mon.snapshot()
+        return Response(metrics.render(snap), media_type=metrics.CONTENT_TYPE)
+
+    @app.get("/api/status", tags=["status"], dependencies=auth)
+    async def status() -> dict[str, Any]:
+        """The pipeline: processes, bus, staging totals, every table, recent commits, errors."""
+        return status_json(await mon.snapshot())
+
+    @app.get("/api/tables", tags=["tables"], dependencies=auth)
+    async def tables() -> list[dict[str, Any]]:
+        return table_states(await mon.snapshot())
+
+    @app.get("/api/tables/{table}", tags=["tables"], dependencies=auth)
+    async def table(table: str) -> dict[str, Any]:
+        for row in table_states(await mon.snapshot()):
+            if row["table"] == table:
+                return row
+        raise HTTPException(404, f"no table {table}")
+
+    @app.post("/api/tables/{table}/pause", tags=["tables"], dependencies=auth)
+    async def pause(table: str, body: PauseRequest | None = None) -> dict[str, Any]:
+        """Ask the ingest to pause ``table`` from its next round (control.json)."""
+        try:
+            req = control.request(mon.lake.state_dir, table, "pause", body.reason if body else "")
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"table": table, **req.to_dict()}
+
+    @app.post("/api/tables/{table}/resume", tags=["tables"], dependencies=auth)
+    async def resume(table: str) -> dict[str, Any]:
+        """Ask the ingest to resume ``table`` (paused by an operator or by a failure)."""
+        try:
+            req = control.request(mon.lake.state_dir, table, "resume")
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return {"table": table, **req.to_dict()}
+
+    @app.get("/api/messages", tags=["explorer"], dependencies=auth)
+    async def messages(
+        subject: Annotated[str | None, Query(description="subject filter, wildcards ok")] = None,
+        table: Annotated[str | None, Query(description="<db>.<table>")] = None,
+        start_seq: Annotated[int | None, Query(ge=1)] = None,
+        start_time: Annotated[str | None, Query(description="ISO 8601 or Unix s")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> dict[str, Any]:
+        """A page of the CDC stream; each message says whether the stager has it acked,
+        delivered (awaiting the ack) or pending, and whether the table's checkpoint holds it."""
+        try:
+            when = parse_time_ms(start_time) if start_time else None
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        try:
+            page = await mon.bus.explore(
+                subject=subject, table=table, start_seq=start_seq, start_time_ms=when, limit=limit
+            )
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+        for row in page["messages"]:
+            held = mon.lake.tables.get(row["table"] or "")
+            row["in_lake"] = bool(held and held.checkpoint_seq >= row["seq"])
+        return page
+
+    @app.get("/api/messages/{seq}", tags=["explorer"], dependencies=auth)
+    async def message(seq: int) -> dict[str, Any]:
+        try:
+            return await mon.bus.message(seq)
+        except KeyError as exc:
+            raise HTTPException(404, f"no message {seq} in the stream") from exc
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+
+    @app.get("/api/dlq", tags=["dead letters"], dependencies=auth)
+    async def dlq_list(
+        start_seq: Annotated[int, Query(ge=1)] = 1,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> dict[str, Any]:
+        """Dead letters with their reason, original subject and sequence."""
+        try:
+            return await mon.bus.dlq_list(start_seq, limit)
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+
+    async def _dlq(op: str, seq: int) -> dict[str, Any]:
+        fn = {
+            "show": mon.bus.dlq_show,
+            "replay": mon.bus.dlq_replay,
+            "discard": mon.bus.dlq_discard,
+        }[op]
+        try:
+            return await fn(seq)
+        except KeyError as exc:
+            raise HTTPException(404, f"no dead letter {seq}") from exc
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+
+    @app.get("/api/dlq/{seq}", tags=["dead letters"], dependencies=auth)
+    async def dlq_show(seq: int) -> dict[str, Any]:
+        """One dead letter with its headers and payload."""
+        return await _dlq("show", seq)
+
+    @app.post("/api/dlq/{seq}/replay", tags=["dead letters"], dependencies=auth)
+    async def dlq_replay(seq: int) -> dict[str, Any]:
+        """Republish to the original subject (header ``Tidelake-Replay``), then delete it."""
+        return await _dlq("replay", seq)
+
+    @app.post("/api/dlq/{seq}/discard", tags=["dead letters"], dependencies=auth)
+    async def dlq_discard(seq: int) -> dict[str, Any]:
+        """Delete a dead letter for good."""
+        return await _dlq("discard", seq)
+
+    @app.post("/api/replay", tags=["replay"], dependencies=auth)
+    async def replay(body: ReplayRequest) -> dict[str, Any]:
+        """Republish the stream from a sequence or a time (docs/operations.md)."""
+        try:
+            when = parse_time_ms(body.from_time) if body.from_time else None
+            subject = body.subject
+            if body.table:
+                from tidelake.api.jetstream import table_subject
+
+                subject = table_subject(cfg.bus, body.table)
+            return await mon.bus.replay(
+                from_seq=body.from_seq,
+                from_time_ms=when,
+                to_seq=body.to_seq,
+                subject=subject,
+                dry_run=body.dry_run,
+            )
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+
+    if (static / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=static, html=True), name="dashboard")
+    else:
+
+        @app.get("/", include_in_schema=False)
+        async def no_dashboard() -> HTMLResponse:
+            return HTMLResponse(_MISSING_DASHBOARD)
+
+    return app
+
+
+def serve(
+    cfg: Config,
+    *,
+    stale_after_s: float = STALE_AFTER_S,
+    log_level: str = "warning",
+) -> None:
+    """Run the server in this process until SIGTERM / Ctrl-C."""
+    import uvicorn
+
+    app = create_app(cfg, stale_after_s=stale_after_s)
+    uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level=log_level, access_log=False)
