@@ -155,6 +155,9 @@ class IngestConfig(_Model):
 
     interval_s: float = Field(1.0, gt=0, description="continuous mode: pause when idle")
     max_batch_events: int = Field(500_000, ge=1, description="events merged into one commit")
+    warm_up: bool = Field(
+        True, description="continuous mode: warm the JVM's Hudi write path before reporting ready"
+    )
     parallel_tables: int = Field(
         4, ge=1, le=64, description="tables committed at once (one Spark job each)"
     )
@@ -184,9 +187,7 @@ class CaptureConfig(_Model):
         10.0, gt=0, description="PostgreSQL: confirm idle WAL at least this often"
     )
     outbox: bool = Field(False, description="PostgreSQL: capture through a transactional outbox")
-    position_file: Path | None = Field(
-        None, description="default: <home>/capture/position.json"
-    )
+    position_file: Path | None = Field(None, description="default: <home>/capture/position.json")
 
     def resolved_password(self) -> str | None:
         return _secret(self.password, self.password_file)

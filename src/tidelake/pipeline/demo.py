@@ -217,7 +217,7 @@ def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Con
     pipeline, not the JVM's start (which happens once per process, not per event)."""
     with console.status("starting Spark and the Hudi writer"):
         deadline = time.monotonic() + 300
-        while read_heartbeat(state_dir, "ingest") is None:
+        while (read_heartbeat(state_dir, "ingest") or {}).get("state") not in ("idle", "applying"):
             for child in children:
                 if not child.alive():
                     raise RuntimeError(
