@@ -160,6 +160,15 @@ def query(
         raise typer.Exit(1) from exc
 
 
+def _register_operator_verbs() -> None:
+    from tidelake.api.commands import register
+
+    register(app)
+
+
+_register_operator_verbs()
+
+
 def main() -> None:
     app()
 

@@ -43,6 +43,8 @@ from tidelake.errors import BusError
 log = structlog.get_logger(__name__)
 
 HEADER_REPLAY = "Tidelake-Replay"
+#: Seconds per connection attempt of the API's client (three attempts at most).
+CONNECT_TIMEOUT_S = 1.0
 #: Payload bytes shown of one message (show / DLQ show); the rest is cut.
 MAX_PAYLOAD_SHOWN = 64 * 1024
 #: Payload bytes previewed per message in a page of the explorer.
@@ -111,7 +113,11 @@ class JetStream:
         if not self.url:
             raise BusError("no bus.url configured (TIDELAKE_BUS__URL): JetStream state unknown")
         if self._nc is None or self._nc.is_closed:
-            self._nc = await connect(self.bus, self.url)
+            # An operator tool answers fast: give up on an unreachable bus in seconds.
+            quick = self.bus.model_copy(
+                update={"connect_timeout_s": min(self.bus.connect_timeout_s, CONNECT_TIMEOUT_S)}
+            )
+            self._nc = await connect(quick, self.url)
         return self._nc.jetstream(timeout=5)
 
     async def close(self) -> None:

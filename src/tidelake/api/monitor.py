@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 #: Two requests within this many seconds share one snapshot.
 MIN_REFRESH_S = 0.5
+#: After the bus failed to answer, seconds before it is asked again (answers stay fast).
+BUS_RETRY_S = 5.0
 #: Default: a table with unapplied messages whose freshness passes this is stale.
 STALE_AFTER_S = 60.0
 #: New manifests whose batch latency is measured per refresh (one message read each).
@@ -92,6 +94,8 @@ class Monitor:
         self._snapshot: Snapshot | None = None
         self._lock = asyncio.Lock()
         self._latency_todo: list[tuple[int, int]] = []
+        self._bus_retry_at = 0.0
+        self._bus_error: str | None = None
 
     async def snapshot(self) -> Snapshot:
         async with self._lock:
@@ -121,6 +125,8 @@ class Monitor:
         )
         tables = sorted(set(self.lake.tables) | set(self.stage.totals.events_by_table))
         try:
+            if time.monotonic() < self._bus_retry_at:
+                raise ConnectionError(self._bus_error or "unreachable")
             snap.bus = await asyncio.wait_for(self.bus.state(tables), timeout=10)
             todo, self._latency_todo = self._latency_todo, []
             for seq_first, created_ms in todo:
@@ -134,8 +140,13 @@ class Monitor:
         except Exception as exc:
             if not is_bus_error(exc) and not isinstance(exc, TimeoutError):
                 log.exception("bus state failed")
-            snap.bus_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            await self.bus.close()
+            if time.monotonic() >= self._bus_retry_at:
+                self._bus_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self._bus_retry_at = time.monotonic() + BUS_RETRY_S
+                await self.bus.close()
+            snap.bus_error = self._bus_error
+        else:
+            self._bus_error = None
         snap.errors = self._errors(snap)
         return snap
 

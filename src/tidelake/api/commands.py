@@ -1,0 +1,471 @@
+"""The operator verbs of the CLI: ``serve``, ``status``, ``dlq …``, ``replay``, ``table …``.
+
+Each verb calls the same code as the HTTP API (:mod:`tidelake.api.monitor`,
+:mod:`tidelake.api.jetstream`, :mod:`tidelake.api.control`), directly: no server needs to
+run for the CLI to work. ``tidelake.cli`` registers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import structlog
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tidelake.api.monitor import STALE_AFTER_S
+from tidelake.config import Config
+
+T = TypeVar("T")
+
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: $TIDELAKE_CONFIG or none)"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
+
+dlq_app = typer.Typer(help="List, show, replay or discard dead letters.", no_args_is_help=True)
+table_app = typer.Typer(help="Pause or resume the ingest of a table.", no_args_is_help=True)
+
+
+def _load(path: Path | None, log_level: int = logging.ERROR) -> Config:
+    """The config; logs go to stderr (stdout carries tables and JSON) at ``log_level``."""
+    from tidelake.cli import _load as load
+
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(log_level),
+    )
+    return load(path)
+
+
+def _json(data: Any) -> None:
+    from tidelake.cli import _print_json
+
+    _print_json(data)
+
+
+def _bus_call(cfg: Config, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``fn(jetstream)`` on a fresh connection; bus errors exit 1 with the reason."""
+    from tidelake.api.jetstream import JetStream, is_bus_error
+
+    if not cfg.bus.url:
+        err_console.print("[bold red]this verb needs bus.url[/] (or TIDELAKE_BUS__URL)")
+        raise typer.Exit(2)
+
+    async def go() -> T:
+        bus = JetStream(cfg.bus)
+        try:
+            return await fn(bus)
+        finally:
+            await bus.close()
+
+    try:
+        return asyncio.run(go())
+    except KeyError as exc:
+        err_console.print(f"[bold red]not found[/] {exc}")
+        raise typer.Exit(1) from exc
+    except Exception as exc:
+        if is_bus_error(exc):
+            err_console.print(f"[bold red]bus error[/] {exc}")
+            raise typer.Exit(1) from exc
+        raise
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<20}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    )
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} s"
+
+
+# --- serve and status ------------------------------------------------------------------------
+
+
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="bind address (default api.host)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default api.port)")] = None,
+    stale_after: Annotated[
+        float, typer.Option(help="seconds behind after which a table is stale")
+    ] = STALE_AFTER_S,
+) -> None:
+    """Serve /metrics, the status and management API, and the dashboard."""
+    from pydantic import ValidationError
+
+    from tidelake.api.server import serve as run_server
+    from tidelake.config import ApiConfig
+
+    cfg = _load(config, logging.INFO)
+    try:
+        api = ApiConfig.model_validate(
+            {
+                **cfg.api.model_dump(),
+                **({"host": host} if host else {}),
+                **({"port": port} if port else {}),
+            }
+        )
+    except ValidationError as exc:
+        err_console.print(f"[bold red]invalid api settings[/] {exc.errors()[0]['msg']}")
+        raise typer.Exit(2) from exc
+    cfg = cfg.model_copy(update={"api": api})
+    auth = "bearer token required" if api.token else "no token (loopback only)"
+    err_console.print(f"tidelake serve on http://{api.host}:{api.port}/ ({auth})")
+    run_server(cfg, stale_after_s=stale_after)
+
+
+def status(
+    config: ConfigOption = None,
+    json: JsonOption = False,
+    stale_after: Annotated[
+        float, typer.Option(help="seconds behind after which a table is stale")
+    ] = STALE_AFTER_S,
+    check: Annotated[
+        bool, typer.Option("--check", help="exit 1 unless the pipeline is healthy")
+    ] = False,
+) -> None:
+    """The pipeline at a glance: processes, bus, tables (freshness, lag), errors."""
+    from tidelake.api.monitor import Monitor, status_json
+
+    cfg = _load(config)
+
+    async def snap() -> dict[str, Any]:
+        mon = Monitor(cfg, stale_after_s=stale_after)
+        try:
+            return status_json(await mon.snapshot())
+        finally:
+            await mon.close()
+
+    data = asyncio.run(snap())
+    if json:
+        _json(data)
+    else:
+        render_status(data, console)
+    if check and data["state"] != "healthy":
+        raise typer.Exit(1)
+
+
+_STATE_STYLE = {
+    "healthy": "bold green",
+    "fresh": "green",
+    "catching_up": "yellow",
+    "degraded": "yellow",
+    "stale": "bold red",
+    "paused": "bold magenta",
+    "down": "bold red",
+    "unknown": "dim",
+}
+
+
+def render_status(data: dict[str, Any], out: Console) -> None:
+    """Rich tables of a ``/api/status`` document."""
+    state = data["state"]
+    out.print(f"pipeline [{_STATE_STYLE.get(state, '')}]{state}[/]  at {_when(data['now_ms'])} UTC")
+    for problem in data["problems"]:
+        out.print(f"  [yellow]•[/] {problem}")
+    procs = Table(title="processes", title_justify="left")
+    for col in ("stage", "up", "state", "heartbeat age", "pid", "host"):
+        procs.add_column(col)
+    for name, p in data["processes"].items():
+        procs.add_row(
+            name,
+            "[green]up[/]" if p["up"] else "[red]down[/]",
+            str(p["state"]),
+            _secs(p["heartbeat_age_s"]),
+            str(p["pid"] or "-"),
+            str(p["host"] or "-"),
+        )
+    out.print(procs)
+    bus = data["bus"]
+    if bus["up"]:
+        c = bus.get("consumer") or {}
+        out.print(
+            f"bus: stream {bus['stream']['name']} {bus['stream']['messages']:,} messages "
+            f"(last seq {bus['stream']['last_seq']:,}) · consumer pending {c.get('pending', 0):,}, "
+            f"ack pending {c.get('ack_pending', 0):,} · dead letters {bus['dlq']['messages']:,}"
+        )
+    else:
+        out.print(f"bus: [red]unreachable[/] {bus['error']}")
+    s = data["stage"]
+    out.print(
+        f"staged: {s['batches']:,} batches · received {s['received']:,} = staged {s['staged']:,}"
+        f" + dead-lettered {s['dead_lettered']:,} + skipped {s['skipped']:,}"
+    )
+    tables = Table(title="tables", title_justify="left")
+    for col in (
+        "table",
+        "state",
+        "freshness",
+        "lag",
+        "checkpoint",
+        "stream last",
+        "commits",
+        "upserts",
+        "deletes",
+        "skipped",
+        "last commit",
+    ):
+        tables.add_column(col, justify="left" if col in ("table", "state") else "right")
+    for t in data["tables"]:
+        tables.add_row(
+            t["table"],
+            f"[{_STATE_STYLE.get(t['state'], '')}]{t['state']}[/]",
+            _secs(t["freshness_s"]),
+            _secs(t["lag_s"]),
+            f"{t['checkpoint_seq']:,}",
+            "-" if t["stream_last_seq"] is None else f"{t['stream_last_seq']:,}",
+            f"{t['commits']:,}",
+            f"{t['upserts']:,}",
+            f"{t['deletes']:,}",
+            f"{t['skipped_duplicates'] + t['skipped_stale']:,}",
+            _when(t["last_commit_ms"]),
+        )
+    out.print(tables)
+    for e in data["errors"]:
+        where = f"{e['source']}" + (f" {e['table']}" if e.get("table") else "")
+        out.print(f"[red]error[/] {where}: {e['message']}")
+
+
+# --- dead letters ----------------------------------------------------------------------------
+
+
+@dlq_app.command("list")
+def dlq_list(
+    config: ConfigOption = None,
+    limit: Annotated[int, typer.Option(help="dead letters shown at most")] = 50,
+    start: Annotated[int, typer.Option(help="first DLQ sequence")] = 1,
+    json: JsonOption = False,
+) -> None:
+    """Dead letters with their reason, original subject and sequence."""
+    cfg = _load(config)
+    page = _bus_call(cfg, lambda bus: bus.dlq_list(start, limit))
+    if json:
+        _json(page)
+        return
+    table = Table(title=f"dead letters ({cfg.bus.dlq.name})", title_justify="left")
+    for col in ("dlq seq", "time (UTC)", "original subject", "seq", "deliveries", "reason"):
+        table.add_column(col)
+    for m in page["messages"]:
+        table.add_row(
+            str(m["dlq_seq"]),
+            _when(m["time_ms"]),
+            str(m["original_subject"]),
+            str(m["original_seq"]),
+            str(m["deliveries"]),
+            str(m["reason"])[:80],
+        )
+    console.print(table)
+    if page["next_seq"]:
+        console.print(f"more: tidelake dlq list --start {page['next_seq']}")
+
+
+@dlq_app.command("show")
+def dlq_show(
+    seq: Annotated[int, typer.Argument(help="DLQ sequence")],
+    config: ConfigOption = None,
+    json: JsonOption = False,
+) -> None:
+    """One dead letter: headers, reason and payload."""
+    cfg = _load(config)
+    m = _bus_call(cfg, lambda bus: bus.dlq_show(seq))
+    if json:
+        _json(m)
+        return
+    for key in ("dlq_seq", "original_subject", "original_seq", "deliveries", "reason"):
+        console.print(f"[bold]{key}[/]: {m[key]}")
+    console.print(f"[bold]time[/]: {_when(m['time_ms'])} UTC")
+    console.print("[bold]payload[/]:")
+    console.print(m["payload"], markup=False, highlight=False)
+
+
+def _each_dlq(
+    cfg: Config, seqs: list[int], all_: bool, op: str, fn: Callable[[Any, int], Awaitable[Any]]
+) -> list[Any]:
+    if not seqs and not all_:
+        err_console.print("[bold red]name DLQ sequences or --all[/]")
+        raise typer.Exit(2)
+
+    async def run(bus: Any) -> list[Any]:
+        todo = await bus.dlq_seqs() if all_ else seqs
+        out = []
+        with _progress() as progress:
+            task = progress.add_task(op, total=len(todo))
+            for s in todo:
+                out.append(await fn(bus, s))
+                progress.advance(task)
+        return out
+
+    return _bus_call(cfg, run)
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    seqs: Annotated[list[int] | None, typer.Argument(help="DLQ sequences")] = None,
+    config: ConfigOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
+    json: JsonOption = False,
+) -> None:
+    """Republish dead letters to their original subject, then delete them from the DLQ.
+
+    The ingest skips (and counts) a replayed event older than its table's position
+    watermark: docs/guarantees.md."""
+    cfg = _load(config)
+    done = _each_dlq(cfg, seqs or [], all_, "replaying", lambda bus, s: bus.dlq_replay(s))
+    if json:
+        _json(done)
+        return
+    for r in done:
+        console.print(f"dead letter {r['dlq_seq']} → {r['subject']} as stream sequence {r['seq']}")
+    console.print(f"{len(done)} replayed")
+
+
+@dlq_app.command("discard")
+def dlq_discard(
+    seqs: Annotated[list[int] | None, typer.Argument(help="DLQ sequences")] = None,
+    config: ConfigOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="no question asked")] = False,
+) -> None:
+    """Delete dead letters for good."""
+    cfg = _load(config)
+    if not yes and not typer.confirm(
+        f"discard {'every dead letter' if all_ else len(seqs or [])} for good?"
+    ):
+        raise typer.Exit(1)
+    done = _each_dlq(cfg, seqs or [], all_, "discarding", lambda bus, s: bus.dlq_discard(s))
+    console.print(f"{len(done)} discarded")
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+def replay(
+    config: ConfigOption = None,
+    from_seq: Annotated[
+        int | None, typer.Option("--from-seq", help="first stream sequence")
+    ] = None,
+    from_time: Annotated[
+        str | None, typer.Option("--from-time", help="first time: ISO 8601 or Unix seconds")
+    ] = None,
+    to_seq: Annotated[int | None, typer.Option("--to-seq", help="last sequence")] = None,
+    table: Annotated[str | None, typer.Option(help="only this table (<db>.<table>)")] = None,
+    subject: Annotated[str | None, typer.Option(help="only this subject filter")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count, publish nothing")] = False,
+    json: JsonOption = False,
+) -> None:
+    """Republish the CDC stream from a sequence or a time (the ingest skips what it holds).
+
+    Each copy carries ``Tidelake-Replay: stream:<seq>``; docs/operations.md says when to use it."""
+    from tidelake.api.jetstream import table_subject
+    from tidelake.api.server import parse_time_ms
+
+    cfg = _load(config)
+    if (from_seq is None) == (from_time is None):
+        err_console.print("[bold red]give exactly one of --from-seq and --from-time[/]")
+        raise typer.Exit(2)
+    try:
+        when = parse_time_ms(from_time) if from_time else None
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    filt = table_subject(cfg.bus, table) if table else subject
+
+    async def run(bus: Any) -> dict[str, Any]:
+        with _progress() as progress:
+            task = progress.add_task("dry run" if dry_run else "replaying", total=None)
+
+            def tick(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            result: dict[str, Any] = await bus.replay(
+                from_seq=from_seq,
+                from_time_ms=when,
+                to_seq=to_seq,
+                subject=filt,
+                dry_run=dry_run,
+                progress=tick,
+            )
+            return result
+
+    result = _bus_call(cfg, run)
+    if json:
+        _json(result)
+        return
+    verb = "would replay" if dry_run else "replayed"
+    console.print(
+        f"{verb} {result['messages']:,} message(s) of {result['subject']} "
+        f"(sequences {result['from_seq']:,}..{result['to_seq']:,})"
+    )
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+@table_app.command("pause")
+def table_pause(
+    table: Annotated[str, typer.Argument(help="<db>.<table>")],
+    config: ConfigOption = None,
+    reason: Annotated[str, typer.Option(help="why, shown in the status")] = "",
+) -> None:
+    """Pause the ingest of a table from its next round (its events wait, nothing is lost)."""
+    from tidelake.api import control
+    from tidelake.api.monitor import lake_state_dir
+
+    cfg = _load(config)
+    try:
+        req = control.request(lake_state_dir(cfg), table, "pause", reason)
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    console.print(f"pause of {table} requested at {_when(req.at_ms)} UTC")
+
+
+@table_app.command("resume")
+def table_resume(
+    table: Annotated[str, typer.Argument(help="<db>.<table>")],
+    config: ConfigOption = None,
+) -> None:
+    """Resume a table paused by an operator or by failures; it catches up from its checkpoint."""
+    from tidelake.api import control
+    from tidelake.api.monitor import lake_state_dir
+
+    cfg = _load(config)
+    try:
+        req = control.request(lake_state_dir(cfg), table, "resume")
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    console.print(f"resume of {table} requested at {_when(req.at_ms)} UTC")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator verbs to the ``tidelake`` command line."""
+    app.command("serve")(serve)
+    app.command("status")(status)
+    app.command("replay")(replay)
+    app.add_typer(dlq_app, name="dlq")
+    app.add_typer(table_app, name="table")
