@@ -143,6 +143,46 @@ def ingest(
 
 
 @app.command()
+def capture(
+    config: ConfigOption = None,
+    source: Annotated[
+        str | None, typer.Option(help="source DSN (default capture.source)")
+    ] = None,
+    table: Annotated[
+        list[str] | None, typer.Option(help="db.table or db.* to capture (repeatable)")
+    ] = None,
+) -> None:
+    """Capture MySQL/MariaDB binlog or PostgreSQL pgoutput changes into JetStream until SIGTERM."""
+    from tidelake.capture.runner import run_capture
+    from tidelake.capture.sources import open_source
+    from tidelake.errors import TidelakeError
+
+    cfg = _load(config)
+    update: dict[str, Any] = {}
+    if source:
+        update["source"] = source
+    if table:
+        update["tables"] = table
+    if update:
+        cfg = cfg.model_copy(update={"capture": cfg.capture.model_copy(update=update)})
+    if not cfg.bus.url:
+        err_console.print("[bold red]`capture` needs bus.url[/] (or TIDELAKE_BUS__URL)")
+        raise typer.Exit(2)
+    try:
+        stats = run_capture(cfg, open_source(cfg))
+    except ConfigError as exc:
+        err_console.print(f"[bold red]invalid configuration[/] {exc}")
+        raise typer.Exit(2) from exc
+    except TidelakeError as exc:
+        err_console.print(f"[bold red]capture failed[/] {exc}")
+        raise typer.Exit(1) from exc
+    err_console.print(
+        f"capture: {stats.published} messages published ({stats.duplicates} duplicates), "
+        f"position saved {stats.saves} times"
+    )
+
+
+@app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="Spark SQL, e.g. SELECT * FROM db.t")],
     config: ConfigOption = None,

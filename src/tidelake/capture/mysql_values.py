@@ -1,0 +1,233 @@
+"""MySQL/MariaDB column types and values as canal-json carries them.
+
+Two readers produce Python values for the same rows: the binlog decoder
+(python-mysql-replication) while streaming, and PyMySQL for the snapshot and ``verify``.
+:func:`render` turns either into the one canal-json text canal/TiCDC would emit:
+
+* integers and ``YEAR`` as decimal text, ``BIGINT UNSIGNED`` included;
+* ``DECIMAL(p,s)`` with exactly ``s`` decimals (``12.50``);
+* ``FLOAT`` as the shortest text that reads back as the same 32-bit float (``1.1``, not
+  ``1.100000023841858``), ``DOUBLE`` as the shortest text of the 64-bit value;
+* ``DATETIME(fsp)`` / ``TIMESTAMP(fsp)`` as ``YYYY-MM-DD HH:MM:SS`` plus ``fsp`` digits,
+  ``TIMESTAMP`` in UTC; ``DATE`` ISO; ``TIME(fsp)`` as ``[-]HH:MM:SS[.f]``; zero dates NULL;
+* ``BIT(n)`` as its unsigned integer value;
+* binary strings and blobs as ISO-8859-1 text, one character per byte;
+* ``SET`` as its members in definition order joined by ``,``; ``ENUM`` and text as is.
+
+:func:`binlog_type` names a column's SQL type from binlog table-map metadata
+(``binlog_row_metadata=FULL``); :func:`column_type` prefers the ``information_schema``
+``COLUMN_TYPE`` when it describes the same kind of column (it keeps lengths such as
+``varchar(64)`` and ``tinyint(1)`` that the binlog does not carry) and falls back to the binlog
+type when the table changed since (an old event replayed after an ALTER).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import struct
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+# MySQL protocol field type codes (include/mysql_com.h), as the binlog table map carries them.
+_TINY, _SHORT, _LONG, _FLOAT, _DOUBLE = 1, 2, 3, 4, 5
+_TIMESTAMP, _LONGLONG, _INT24, _DATE, _TIME, _DATETIME, _YEAR = 7, 8, 9, 10, 11, 12, 13
+_VARCHAR, _BIT, _TIMESTAMP2, _DATETIME2, _TIME2 = 15, 16, 17, 18, 19
+_JSON, _NEWDECIMAL, _ENUM, _SET = 245, 246, 247, 248
+_BLOB, _VAR_STRING, _STRING, _GEOMETRY = 252, 253, 254, 255
+
+_INT_NAMES = {_TINY: "tinyint", _SHORT: "smallint", _INT24: "mediumint", _LONG: "int",
+              _LONGLONG: "bigint"}  # fmt: skip
+
+#: Kinds of column: an information_schema type replaces a binlog type of the same kind only.
+_KIND = {
+    "tinyint": "tinyint", "smallint": "smallint", "mediumint": "mediumint", "int": "int",
+    "integer": "int", "bigint": "bigint", "float": "float", "double": "double",
+    "decimal": "decimal", "date": "date", "datetime": "datetime", "timestamp": "timestamp",
+    "time": "time", "year": "year", "bit": "bit", "char": "text", "varchar": "text",
+    "tinytext": "text", "text": "text", "mediumtext": "text", "longtext": "text",
+    "json": "text", "binary": "binary", "varbinary": "binary", "tinyblob": "binary",
+    "blob": "binary", "mediumblob": "binary", "longblob": "binary", "enum": "enum",
+    "set": "set", "geometry": "binary", "point": "binary",
+}  # fmt: skip
+
+_TYPE_RE = re.compile(r"^\s*([a-z]+)\s*(?:\((.*)\))?\s*(unsigned)?", re.I)
+
+
+def _fsp(column: Any) -> str:
+    fsp = int(getattr(column, "fsp", 0) or 0)
+    return f"({fsp})" if fsp else ""
+
+
+def binlog_type(column: Any) -> str:
+    """The SQL type of a python-mysql-replication ``Column`` (from FULL row metadata)."""
+    code = column.type
+    binary = getattr(column, "character_set_name", None) in (None, "binary")
+    if code in _INT_NAMES:
+        return _INT_NAMES[code] + (" unsigned" if column.unsigned else "")
+    if code == _NEWDECIMAL:
+        return f"decimal({column.precision},{column.decimals})"
+    if code == _FLOAT:
+        return "float"
+    if code == _DOUBLE:
+        return "double"
+    if code == _DATE:
+        return "date"
+    if code in (_DATETIME, _DATETIME2):
+        return "datetime" + _fsp(column)
+    if code in (_TIMESTAMP, _TIMESTAMP2):
+        return "timestamp" + _fsp(column)
+    if code in (_TIME, _TIME2):
+        return "time" + _fsp(column)
+    if code == _YEAR:
+        return "year"
+    if code == _BIT:
+        return f"bit({column.bits})"
+    if code in (_VARCHAR, _VAR_STRING):
+        return "varbinary" if binary else "varchar"
+    if code == _STRING:
+        return "binary" if binary else "char"
+    if code == _BLOB:
+        return "blob" if binary else "text"
+    if code == _JSON:
+        return "json"
+    if code == _ENUM:
+        values = ",".join(f"'{v}'" for v in (column.enum_values or [""])[1:])
+        return f"enum({values})"
+    if code == _SET:
+        values = ",".join(f"'{v}'" for v in column.set_values or [])
+        return f"set({values})"
+    if code == _GEOMETRY:
+        return "geometry"
+    return "text"
+
+
+@lru_cache(maxsize=4096)
+def _parse(sql_type: str) -> tuple[str, str | None, bool]:
+    match = _TYPE_RE.match(sql_type)
+    if not match:
+        return sql_type.strip().lower(), None, False
+    name, args, unsigned = match.groups()
+    return name.lower(), args, unsigned is not None
+
+
+def column_type(schema_type: str | None, from_binlog: str) -> str:
+    """``schema_type`` (information_schema) when it is the same kind as ``from_binlog``."""
+    if not schema_type:
+        return from_binlog
+    s_name, s_args, s_unsigned = _parse(schema_type.lower())
+    b_name, b_args, b_unsigned = _parse(from_binlog)
+    kind = _KIND.get(s_name)
+    if kind is None or kind != _KIND.get(b_name) or s_unsigned != b_unsigned:
+        return from_binlog
+    if kind in ("decimal", "datetime", "timestamp", "time") and _norm_args(s_args) != _norm_args(
+        b_args
+    ):
+        return from_binlog
+    return schema_type.lower()
+
+
+def _norm_args(args: str | None) -> str:
+    return (args or "0").replace(" ", "")
+
+
+def _float32_text(value: float) -> str:
+    packed = struct.pack("<f", value)
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if struct.pack("<f", float(text)) == packed:
+            return text
+    return repr(value)
+
+
+def _fraction(microseconds: int, fsp: int) -> str:
+    return f".{microseconds:06d}"[: fsp + 1] if fsp > 0 else ""
+
+
+def _type_fsp(args: str | None) -> int:
+    try:
+        return int(args) if args else 0
+    except ValueError:
+        return 0
+
+
+def _set_members(args: str | None) -> list[str]:
+    return re.findall(r"'((?:[^']|'')*)'", args or "")
+
+
+def _time_text(value: Any, fsp: int) -> str:
+    if isinstance(value, dt.timedelta):
+        micros = value // dt.timedelta(microseconds=1)
+        sign = "-" if micros < 0 else ""
+        micros = abs(micros)
+        seconds, frac = divmod(micros, 1_000_000)
+        hours, rest = divmod(seconds, 3600)
+        return f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}{_fraction(frac, fsp)}"
+    if isinstance(value, dt.time):
+        return f"{value:%H:%M:%S}{_fraction(value.microsecond, fsp)}"
+    return str(value)
+
+
+def _json_text(value: Any) -> str:
+    def default(obj: Any) -> Any:
+        if isinstance(obj, bytes):
+            return obj.decode("utf-8", errors="replace")
+        raise TypeError
+
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = {k.decode() if isinstance(k, bytes) else k: v for k, v in value.items()}
+    return orjson.dumps(value, default=default).decode()
+
+
+def render(value: Any, sql_type: str) -> str | None:
+    """The canal-json text of one value of a column of ``sql_type`` (None stays None)."""
+    if value is None:
+        return None
+    name, args, _ = _parse(sql_type)
+    if name in ("datetime", "timestamp"):
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is not None:
+                value = value.astimezone(dt.UTC).replace(tzinfo=None)
+            return f"{value:%Y-%m-%d %H:%M:%S}{_fraction(value.microsecond, _type_fsp(args))}"
+        text = str(value)
+        return None if text.startswith("0000-00-00") else text
+    if name == "date":
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        text = str(value)
+        return None if text.startswith("0000-00-00") else text
+    if name == "time":
+        return _time_text(value, _type_fsp(args))
+    if name == "decimal" and isinstance(value, Decimal):
+        scale = int((args or "10,0").split(",")[1]) if args and "," in args else 0
+        return f"{value:.{scale}f}"
+    if name == "float" and isinstance(value, float):
+        return _float32_text(value)
+    if name == "double" and isinstance(value, float):
+        return repr(value)
+    if name == "bit":
+        if isinstance(value, bytes):
+            return str(int.from_bytes(value, "big"))
+        if isinstance(value, str):
+            return str(int(value, 2)) if value else "0"
+        return str(int(value))
+    if name == "set":
+        if isinstance(value, set | frozenset):
+            return ",".join(m for m in _set_members(args) if m in value)
+        return str(value)
+    if name == "json":
+        return _json_text(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

@@ -1,0 +1,224 @@
+"""The capture loop shared by every source: read in a thread, publish in order, save after acks.
+
+A source (``capture/mysql.py``, ``capture/postgres.py``) reads its change log with a blocking
+client library in a reader thread and hands :class:`~tidelake.capture.canal.Outgoing`
+messages and :class:`~tidelake.capture.canal.Resume` points to a :class:`Sink`. The asyncio
+side publishes every message in order through :class:`~tidelake.capture.publisher.Publisher`
+(``Nats-Msg-Id`` = position). A resume point becomes durable once JetStream has acknowledged
+every message emitted before it; only then is its state written by
+:class:`~tidelake.capture.position.PositionStore` and confirmed to the source (PostgreSQL's
+flushed LSN). ``kill -9`` at any instant therefore loses nothing: the restart resumes at the
+last saved transaction boundary and republishes at most what followed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from tidelake.bus.connection import connect
+from tidelake.bus.provision import ensure_streams
+from tidelake.capture.canal import Item, Outgoing, Resume
+from tidelake.capture.position import PositionStore
+from tidelake.capture.publisher import Publisher
+from tidelake.config import Config
+from tidelake.errors import TidelakeError
+
+log = structlog.get_logger(__name__)
+
+#: Items handed from the reader thread to the publisher at once, at most.
+SINK_BATCH = 512
+#: Seconds between PubAck drains (each one may save the position).
+DRAIN_INTERVAL_S = 0.2
+
+
+class CaptureError(TidelakeError):
+    """The capture cannot go on; the message says what the operator must change."""
+
+
+class Source(Protocol):
+    """One source database's change capture."""
+
+    kind: str
+
+    def check(self) -> None:
+        """Raise :class:`CaptureError` explaining every missing server setting."""
+
+    def run(self, state: dict[str, Any] | None, sink: Sink, stop: threading.Event) -> None:
+        """Snapshot (when due) then stream into ``sink`` until ``stop`` is set (blocking)."""
+
+    def confirm(self, state: dict[str, Any]) -> None:
+        """``state`` is saved: the source may forget what precedes it (thread-safe)."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class Sink:
+    """Collects items in the reader thread and hands them to the event loop in batches.
+
+    :meth:`put` blocks when the publisher is behind (a bounded queue), so a fast source
+    never fills memory. :meth:`flush` should be called whenever the source may go idle.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]) -> None:
+        self._loop = loop
+        self._queue = queue
+        self._items: list[Item] = []
+        self._last_flush = time.monotonic()
+        self.emitted = 0
+
+    def put(self, item: Item) -> None:
+        self._items.append(item)
+        if isinstance(item, Outgoing):
+            self.emitted += 1
+        if len(self._items) >= SINK_BATCH:
+            self.flush()
+
+    def resume(self, state: dict[str, Any], *, flush_after_s: float = 0.02) -> None:
+        """A transaction boundary: ``state`` is where a restart would continue."""
+        self.put(Resume(state))
+        if time.monotonic() - self._last_flush >= flush_after_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._items:
+            items, self._items = self._items, []
+            asyncio.run_coroutine_threadsafe(self._queue.put(items), self._loop).result()
+        self._last_flush = time.monotonic()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.flush()
+        asyncio.run_coroutine_threadsafe(self._queue.put(error or _END), self._loop).result()
+
+
+_END = object()
+
+
+@dataclass
+class CaptureStats:
+    """What a capture run did."""
+
+    published: int = 0
+    duplicates: int = 0
+    saves: int = 0
+    state: dict[str, Any] | None = None
+
+
+class _Durable:
+    """Resume points waiting for the PubAcks of everything emitted before them."""
+
+    def __init__(self) -> None:
+        self.marks: deque[tuple[int, dict[str, Any]]] = deque()
+
+    def add(self, published_before: int, state: dict[str, Any]) -> None:
+        self.marks.append((published_before, state))
+
+    def durable(self, acked: int) -> dict[str, Any] | None:
+        latest = None
+        while self.marks and self.marks[0][0] <= acked:
+            latest = self.marks.popleft()[1]
+        return latest
+
+
+async def capture_loop(
+    cfg: Config,
+    source: Source,
+    *,
+    stop: threading.Event,
+    on_saved: Callable[[dict[str, Any]], None] | None = None,
+) -> CaptureStats:
+    """Run ``source`` until ``stop`` is set or it fails; the position is saved on the way out."""
+    store = PositionStore(cfg.capture_position_file)
+    state = store.load()
+    stats = CaptureStats(state=state)
+    nc = await connect(cfg.bus)
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=16)
+    sink = Sink(loop, queue)
+    pub = Publisher(nc.jetstream())
+    waiting = _Durable()
+    sent = 0
+
+    def reader() -> None:
+        try:
+            source.run(state, sink, stop)
+        except BaseException as exc:  # handed to the event loop, raised there
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to report to
+                sink.finish(exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            sink.finish()
+
+    async def save_durable() -> None:
+        await pub.durable()
+        latest = waiting.durable(pub.published)
+        if latest is not None:
+            store.save(latest)
+            stats.state = latest
+            source.confirm(latest)
+            if on_saved is not None:
+                on_saved(latest)
+
+    try:
+        await ensure_streams(nc.jetstream(), cfg.bus)
+        thread = threading.Thread(target=reader, name=f"capture-{source.kind}", daemon=True)
+        thread.start()
+        last_drain = time.monotonic()
+        error: BaseException | None = None
+        while True:
+            try:
+                got = await asyncio.wait_for(queue.get(), DRAIN_INTERVAL_S)
+            except TimeoutError:
+                got = None
+            if got is _END:
+                break
+            if isinstance(got, BaseException):
+                error = got
+                break
+            for item in got or ():
+                if isinstance(item, Outgoing):
+                    await pub.publish(item.subject, item.payload, item.msg_id)
+                    sent += 1
+                else:
+                    waiting.add(sent, item.state)
+            if got is None or time.monotonic() - last_drain >= DRAIN_INTERVAL_S:
+                await save_durable()
+                last_drain = time.monotonic()
+            if stop.is_set() and got is None:
+                break
+        stop.set()
+        await save_durable()
+        if error is not None:
+            raise error
+    finally:
+        stats.published = pub.published
+        stats.duplicates = pub.duplicates
+        stats.saves = store.saves
+        with contextlib.suppress(Exception):
+            await nc.close()
+        source.close()
+    return stats
+
+
+def run_capture(cfg: Config, source: Source) -> CaptureStats:
+    """Blocking: capture until SIGTERM/SIGINT, then save the position and return."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("capture stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    source.check()
+    return asyncio.run(capture_loop(cfg, source, stop=stop))
