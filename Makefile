@@ -19,7 +19,12 @@ setup: ## Install Debian packages, the .venv and the Hudi jars (idempotent)
 demo: setup ## Run the whole pipeline end to end on embedded defaults and verify the lake
 	$(TL) demo
 
+.PHONY: dashboard
+dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (npm ci + astro build)
+	@scripts/dashboard --force
+
 .PHONY: test
+test: export TIDELAKE_SETUP_BROWSER := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
