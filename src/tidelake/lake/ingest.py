@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from tidelake.api.control import TableControl
 from tidelake.api.heartbeat import write_heartbeat
 from tidelake.config import Config
 from tidelake.errors import IngestError, TableRefused, Terminal
@@ -478,6 +479,7 @@ class Ingestor:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.cursor = self._read_cursor()
         self._pause_lock = threading.Lock()
+        self.control = TableControl(self.state_dir)  # pause/resume asked by the API or CLI
 
     # -- local state: cursor hint and logs
 
@@ -605,6 +607,7 @@ class Ingestor:
     def step(self, stop: threading.Event | None = None) -> RoundResult:
         """Apply the next round; an empty result when nothing is staged."""
         result = RoundResult()
+        self.control.apply(self)  # before listing: a resume may move the cursor back
         manifests = self._next_round()
         if not manifests:
             return result
