@@ -133,6 +133,60 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field({}, description="extra Spark settings, applied last")
 
 
+class S3Config(_Model):
+    """S3-compatible object storage (AWS S3, MinIO, ...) behind ``s3://`` and ``s3a://`` roots.
+
+    One section for every client: the staging storage (boto3), the Hudi writer (Hadoop S3A in
+    the Spark JVM) and the JVM-free reader (hudi-rs). Without keys, each client uses the
+    standard AWS credential chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profiles,
+    web identity, instance and container roles). docs/object-storage.md.
+    """
+
+    endpoint: str | None = Field(
+        None, description="S3 API URL, e.g. http://minio:9000; unset = AWS S3 of the region"
+    )
+    region: str = Field("us-east-1", description="region requests are signed for")
+    path_style: bool = Field(
+        False, description="bucket in the URL path (MinIO, most S3-compatible servers)"
+    )
+    access_key: SecretStr | None = Field(
+        None, description="env TIDELAKE_STORAGE__S3__ACCESS_KEY; unset = AWS credential chain"
+    )
+    access_key_file: Path | None = Field(None, description="file holding the access key id")
+    secret_key: SecretStr | None = Field(None, description="env TIDELAKE_STORAGE__S3__SECRET_KEY")
+    secret_key_file: Path | None = Field(None, description="file holding the secret key")
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="attempts per request (throttling, transient errors)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> S3Config:
+        if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint must be an http:// or https:// URL, not {self.endpoint!r}")
+        has_key = self.access_key is not None or self.access_key_file is not None
+        has_secret = self.secret_key is not None or self.secret_key_file is not None
+        if has_key != has_secret:
+            raise ValueError(
+                "set both access_key and secret_key (or their *_file), or neither to use the "
+                "AWS credential chain"
+            )
+        return self
+
+    def resolved_credentials(self) -> tuple[str, str] | None:
+        """``(access key id, secret key)`` when configured; None = the AWS credential chain."""
+        key = _secret(self.access_key, self.access_key_file)
+        secret = _secret(self.secret_key, self.secret_key_file)
+        if key is None or secret is None:
+            return None
+        return key, secret
+
+
+class StorageConfig(_Model):
+    """Object storage shared by the staging area and the lake (local roots need none)."""
+
+    s3: S3Config = S3Config()
+
+
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
@@ -148,6 +202,11 @@ class LakeConfig(_Model):
         "UTC", description="zone of the source's TIMESTAMP / DATETIME text (IANA name)"
     )
     spark: SparkConfig = SparkConfig()
+    state_dir: Path | None = Field(
+        None,
+        description="ingest state (commits.jsonl, cursor, paused, heartbeat, logs); default "
+        "<lake>/_tidelake, or <home>/state when the lake is on object storage",
+    )
 
 
 class IngestConfig(_Model):
@@ -212,6 +271,7 @@ class Config(_Model):
 
     home: Path = Field(Path(".tidelake"), description="base directory of embedded defaults")
     bus: BusConfig = BusConfig()
+    storage: StorageConfig = StorageConfig()
     stage: StageConfig = StageConfig()
     lake: LakeConfig = LakeConfig()
     ingest: IngestConfig = IngestConfig()
@@ -228,6 +288,19 @@ class Config(_Model):
     @property
     def lake_root(self) -> str:
         return self.lake.root or str((self.home / "lake").resolve())
+
+    @property
+    def lake_state_dir(self) -> Path:
+        """The ingest's own files: ``lake.state_dir``, else ``<lake>/_tidelake`` for a local
+        lake, else ``<home>/state`` (object storage has no append and no rename)."""
+        if self.lake.state_dir is not None:
+            return self.lake.state_dir.resolve()
+        root = self.lake_root
+        if root.startswith("file://"):
+            return Path(root[len("file://") :]) / "_tidelake"
+        if "://" in root:
+            return (self.home / "state").resolve()
+        return Path(root) / "_tidelake"
 
     @property
     def capture_position_file(self) -> Path:
