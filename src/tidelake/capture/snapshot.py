@@ -57,13 +57,15 @@ def keyset_query(
     after: bool,
     limit: int,
     placeholder: str = "%s",
+    select: Sequence[str] | None = None,
 ) -> str:
     """``SELECT columns FROM table [WHERE key > (...)] ORDER BY key LIMIT n``.
 
     The key comparison is written out (``a > x OR (a = x AND b > y)``) rather than as a row
-    value, which MySQL's range optimizer uses reliably.
+    value, which MySQL's range optimizer uses reliably. ``select`` replaces the plain column
+    list (PostgreSQL reads ``col::text``).
     """
-    cols = ", ".join(quote(c) for c in columns)
+    cols = ", ".join(select) if select is not None else ", ".join(quote(c) for c in columns)
     order = ", ".join(quote(c) for c in pk)
     where = ""
     if after:
@@ -92,12 +94,15 @@ def read_chunks(
     pk: Sequence[str],
     chunk_rows: int,
     after: Sequence[Any] | None,
+    select: Sequence[str] | None = None,
 ) -> Iterator[list[tuple[Any, ...]]]:
     """Chunks of rows in key order, starting after the key ``after`` (None: from the start)."""
     pk_index = [list(columns).index(c) for c in pk]
     last = list(after) if after is not None else None
     while True:
-        sql = keyset_query(quote, table_sql, columns, pk, after=last is not None, limit=chunk_rows)
+        sql = keyset_query(
+            quote, table_sql, columns, pk, after=last is not None, limit=chunk_rows, select=select
+        )
         cursor.execute(sql, keyset_params(last) if last is not None else None)
         rows = [tuple(r) for r in cursor.fetchall()]
         if not rows:
