@@ -145,9 +145,7 @@ def ingest(
 @app.command()
 def capture(
     config: ConfigOption = None,
-    source: Annotated[
-        str | None, typer.Option(help="source DSN (default capture.source)")
-    ] = None,
+    source: Annotated[str | None, typer.Option(help="source DSN (default capture.source)")] = None,
     table: Annotated[
         list[str] | None, typer.Option(help="db.table or db.* to capture (repeatable)")
     ] = None,
@@ -180,6 +178,44 @@ def capture(
         f"capture: {stats.published} messages published ({stats.duplicates} duplicates), "
         f"position saved {stats.saves} times"
     )
+
+
+@app.command()
+def verify(
+    source: Annotated[
+        str, typer.Option(help="source DSN: mysql://user@host:port/ or postgresql://.../db")
+    ],
+    table: Annotated[list[str], typer.Option(help="db.table to compare (repeatable)")],
+    config: ConfigOption = None,
+    json: Annotated[bool, typer.Option("--json", help="print one JSON line per table")] = False,
+) -> None:
+    """Compare live source tables with their Hudi tables: counts, row hashes, first differences."""
+    from rich.table import Table
+
+    from tidelake.capture.verify import verify_table
+
+    cfg = _load(config)
+    password = cfg.capture.resolved_password()
+    results = [verify_table(source, cfg.lake_root, t, password) for t in table]
+    if json:
+        for r in results:
+            _print_json(r.to_json())
+    else:
+        out = Table(title="source vs lake, row by row", title_justify="left")
+        for col in ("table", "source rows", "lake rows", "mismatches", "hashes"):
+            out.add_column(col)
+        for r in results:
+            same = "equal" if r.hash_source == r.hash_lake and r.hash_source else "differ"
+            style = "green" if r.ok else "bold red"
+            out.add_row(r.table, str(r.rows_source), str(r.rows_lake),
+                        f"[{style}]{r.mismatches}[/]", same)  # fmt: skip
+        console.print(out)
+        for r in results:
+            if r.error:
+                console.print(f"[bold red]{r.table}[/] {r.error}")
+            for sample in r.samples:
+                console.print(f"  [red]{r.table}[/] {sample}")
+    raise typer.Exit(0 if all(r.ok for r in results) else 1)
 
 
 @app.command()
