@@ -1,18 +1,26 @@
 """Staging storage behind one small interface.
 
-``LocalStorage`` is the embedded default. An S3 implementation must give the same
-guarantees: :meth:`Storage.put` is durable and atomic when it returns (rename after fsync
-locally; a single PUT on S3), so a reader never sees a partial object.
+``LocalStorage`` is the embedded default; ``S3Storage`` is a prefix of an S3 bucket (AWS S3,
+MinIO, any S3-compatible server) through boto3. Both give the same guarantee:
+:meth:`Storage.put` is durable and atomic when it returns (rename after fsync locally; a
+single PUT on S3, which makes an object visible whole or not at all and answers only once it
+is stored), so a reader never sees a partial object.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
+import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from tidelake.config import S3Config
 from tidelake.errors import StorageError
+
+#: URI schemes that name S3 object storage (``s3a`` is Hadoop's, the others read it too).
+S3_SCHEMES = ("s3://", "s3a://")
 
 
 class Storage(Protocol):
@@ -98,10 +106,162 @@ class LocalStorage:
         return self._abs(path).as_uri()
 
 
-def open_storage(root: str) -> Storage:
-    """The storage for a configured root: a local path (or ``file://``) for now."""
+def is_s3_uri(root: str) -> bool:
+    """True for ``s3://bucket/...`` and ``s3a://bucket/...``."""
+    return root.startswith(S3_SCHEMES)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3a://bucket/a/b/`` → ``("bucket", "a/b")``; raises :class:`StorageError` otherwise."""
+    if not is_s3_uri(uri):
+        raise StorageError(f"not an s3:// or s3a:// URI: {uri!r}")
+    bucket, _, prefix = uri.split("://", 1)[1].partition("/")
+    if not bucket:
+        raise StorageError(f"no bucket in {uri!r}")
+    return bucket, prefix.strip("/")
+
+
+_client_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=8)
+def _s3_client(
+    endpoint: str | None,
+    region: str,
+    path_style: bool,
+    credentials: tuple[str, str] | None,
+    max_attempts: int,
+) -> Any:
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    config = BotoConfig(
+        region_name=region,
+        s3={"addressing_style": "path" if path_style else "virtual"},
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=60,
+        max_pool_connections=16,
+    )
+    key, secret = credentials if credentials else (None, None)
+    with _client_lock:  # boto3 sessions are not thread-safe; the clients they make are
+        session = boto3.session.Session()
+        return session.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            config=config,
+        )
+
+
+def s3_client(s3: S3Config) -> Any:
+    """A boto3 S3 client for ``s3`` (one per distinct setting, shared by threads).
+
+    Without configured keys, boto3's standard credential chain applies (environment,
+    profiles, web identity, container and instance roles).
+    """
+    return _s3_client(
+        s3.endpoint, s3.region, s3.path_style, s3.resolved_credentials(), s3.max_attempts
+    )
+
+
+class S3Storage:
+    """A prefix of an S3 bucket: ``s3://bucket/prefix`` (``s3a://`` accepted)."""
+
+    def __init__(self, root: str, s3: S3Config | None = None) -> None:
+        self.bucket, self.prefix = split_s3_uri(root)
+        self.s3 = s3 if s3 is not None else S3Config()
+        self._client = s3_client(self.s3)
+
+    def _key(self, path: str) -> str:
+        parts = [p for p in path.split("/") if p]
+        if path.startswith("/") or any(p in (".", "..") for p in parts):
+            raise StorageError(f"path escapes the storage root: {path!r}")
+        return "/".join([self.prefix, *parts] if self.prefix else parts)
+
+    def _fail(self, verb: str, path: str, exc: Exception) -> StorageError:
+        return StorageError(f"cannot {verb} s3://{self.bucket}/{self._key(path)}: {exc}")
+
+    def put(self, path: str, data: bytes) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("write", path, exc) from exc
+
+    def get(self, path: str) -> bytes:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self._client.get_object(Bucket=self.bucket, Key=self._key(path))["Body"]
+            try:
+                data: bytes = body.read()
+            finally:
+                body.close()
+            return data
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("read", path, exc) from exc
+
+    def list(self, prefix: str) -> list[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        base = self._key(prefix)
+        root = f"{self.prefix}/" if self.prefix else ""
+        out = []
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{base}/" if base else ""
+            )
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    key: str = obj["Key"]
+                    name = key.rsplit("/", 1)[-1]
+                    # Hidden names are temporary files on a filesystem: skipped alike here.
+                    if key.startswith(root) and name and not name.startswith("."):
+                        out.append(key[len(root) :])
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("list", prefix, exc) from exc
+        return sorted(out)
+
+    def exists(self, path: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self._key(path))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise self._fail("stat", path, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("stat", path, exc) from exc
+        return True
+
+    def delete(self, path: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:  # S3 deletes are idempotent: a missing key is not an error
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(path))
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("delete", path, exc) from exc
+
+    def uri(self, path: str) -> str:
+        return f"s3://{self.bucket}/{self._key(path)}"
+
+
+def open_storage(root: str, s3: S3Config | None = None) -> Storage:
+    """The storage for a configured root: a local path, ``file://``, ``s3://`` or ``s3a://``.
+
+    ``s3`` (the config's ``storage.s3``) configures object storage; it is ignored for local
+    roots.
+    """
     if root.startswith("file://"):
         return LocalStorage(root[len("file://") :])
+    if is_s3_uri(root):
+        return S3Storage(root, s3)
     if "://" in root:
-        raise StorageError(f"unsupported staging root {root!r}: only local paths so far")
+        raise StorageError(
+            f"unsupported storage root {root!r}: a local path, s3://bucket/prefix or s3a://..."
+        )
     return LocalStorage(root)
