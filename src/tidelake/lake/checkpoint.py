@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tidelake.errors import IngestError
-from tidelake.lake.hudi import CHECKPOINT_KEY, is_hudi_table
+from tidelake.lake.hudi import CHECKPOINT_KEY
+from tidelake.lake.spark import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,7 +92,7 @@ def _meta_client(spark: SparkSession, path: str) -> Any:
 def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | None:
     """The checkpoint of the latest completed commit of the Hudi table at ``path`` that holds
     one (compaction and clustering commits do not); None for a table not written yet."""
-    if not is_hudi_table(path):
+    if not table_exists(spark, path):
         return None
     client = _meta_client(spark, path)
     timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
@@ -107,3 +108,9 @@ def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | Non
                 str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
             )
     return None
+
+
+def table_property(spark: SparkSession, path: str, key: str) -> str | None:
+    """One property of the table's ``hoodie.properties``, read through Hudi (any storage)."""
+    value = _meta_client(spark, path).getTableConfig().getProps().getProperty(key)
+    return None if value is None else str(value)

@@ -41,18 +41,22 @@ from tidelake.api.heartbeat import write_heartbeat
 from tidelake.config import Config
 from tidelake.errors import IngestError, TableRefused, Terminal
 from tidelake.events import ChangeEvent, Op
-from tidelake.lake.checkpoint import CommittedCheckpoint, TableCheckpoint, read_checkpoint
+from tidelake.lake.checkpoint import (
+    CommittedCheckpoint,
+    TableCheckpoint,
+    read_checkpoint,
+    table_property,
+)
 from tidelake.lake.hudi import (
     CHECKPOINT_KEY,
     DELETE_FIELD,
     ORDERING_FIELD,
-    TIDELAKE_DIR,
-    is_hudi_table,
     local_dir,
     table_path,
     write_options,
 )
 from tidelake.lake.schema import LINEAGE_NAMES, converter, schema_for
+from tidelake.lake.spark import table_exists
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
 from tidelake.stage.storage import Storage, open_storage
 
@@ -298,7 +302,7 @@ class TableWriter:
             log.info("ddl recorded", table=table_id, ddl_type=e.ddl_type, ddl=e.ddl, seq=e.seq)
         pk = self._primary_key(table_id, row_events)
         path = table_path(self.lake_root, database, table)
-        existed = is_hudi_table(path)
+        existed = table_exists(self.spark, path)
         if not row_events and not existed:
             # Nothing to create a table from yet (CREATE TABLE before its first row).
             return result
@@ -372,10 +376,8 @@ class TableWriter:
         from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
         started = time.monotonic()
-        state = local_dir(self.lake_root)
-        if state is None:
-            return 0.0
-        scratch = state / TIDELAKE_DIR / "warmup"
+        # Local even for a lake on object storage: the JVM's write path is what warms up.
+        scratch = self.config.lake_state_dir / "warmup"
         shutil.rmtree(scratch, ignore_errors=True)
         schema = StructType(
             [
@@ -418,6 +420,11 @@ class TableWriter:
         )
 
     def _stored_primary_key(self, path: str) -> tuple[str, ...]:
+        if local_dir(path) is None:  # object storage: read through Hudi
+            stored = table_property(self.spark, path, "hoodie.table.recordkey.fields")
+            if stored:
+                return tuple(stored.split(","))
+            raise IngestError(f"{path}: no record key in hoodie.properties")
         props = Path(path) / ".hoodie" / "hoodie.properties"
         for line in props.read_text().splitlines():
             if line.startswith("hoodie.table.recordkey.fields="):
@@ -468,14 +475,12 @@ class Ingestor:
 
     def __init__(self, config: Config, spark: SparkSession, storage: Storage | None = None) -> None:
         self.config = config
-        self.storage = storage or open_storage(config.stage_root)
+        self.storage = storage or open_storage(config.stage_root, config.storage.s3)
         self.writer = TableWriter(config, spark)
         self.paused: dict[str, str] = {}
         self.failures: dict[str, int] = {}
-        state = local_dir(config.lake_root)
-        if state is None:
-            raise IngestError(f"lake root {config.lake_root!r}: only local lakes so far")
-        self.state_dir = state / TIDELAKE_DIR
+        # Local state (a lake on object storage keeps it in lake.state_dir / <home>/state).
+        self.state_dir = config.lake_state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.cursor = self._read_cursor()
         self._pause_lock = threading.Lock()

@@ -6,6 +6,11 @@ there. The catalog is Spark's in-memory one, rebuilt at every session start from
 found under the lake root: the lake describes itself, so the catalog is persistent by
 construction and no Derby metastore lock stands between a running ingest and
 ``tidelake query``.
+
+A lake on object storage (``s3a://``) goes through Hadoop's S3A filesystem (``hadoop-aws``
+and the AWS SDK bundle in the jar cache), configured from ``storage.s3``. Its keys are set
+on the running session's Hadoop configuration, never as Spark settings: PySpark passes
+Spark settings to ``spark-submit`` on its command line, where any local user could read them.
 """
 
 from __future__ import annotations
@@ -13,13 +18,13 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tidelake.config import Config, SparkConfig
+from tidelake.config import Config, S3Config, SparkConfig
 from tidelake.errors import ConfigError
-from tidelake.lake.hudi import TIDELAKE_DIR, discover_tables, local_dir
+from tidelake.lake.hudi import TableLocation, discover_tables, is_hudi_table, local_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,6 +34,9 @@ log = structlog.get_logger(__name__)
 #: The pinned bundle (scripts/jars.txt): Hudi 1.1.1 built for Spark 3.5 / Scala 2.12.
 HUDI_BUNDLE_JAR = "hudi-spark3.5-bundle_2.12-1.1.1.jar"
 JAR_CACHE_ENV = "TIDELAKE_JAR_CACHE"
+#: S3A for lakes on object storage (scripts/jars.txt): hadoop-aws of PySpark 3.5.7's Hadoop
+#: (3.3.4, pyspark/jars/hadoop-client-api-3.3.4.jar) and the AWS SDK bundle its POM names.
+S3A_JARS = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar")
 
 
 def quote_identifier(name: str) -> str:
@@ -79,10 +87,9 @@ def log4j_config() -> Path:
 
 
 def log_dir(config: Config) -> Path:
-    """Where Spark and Hudi warnings go: ``<lake_root>/_tidelake/logs`` (``<home>/logs``)."""
-    local = local_dir(config.lake_root)
-    base = local / TIDELAKE_DIR if local is not None else config.home.resolve()
-    return (base / "logs").resolve()
+    """Where Spark and Hudi warnings go: ``<state dir>/logs`` (``<lake_root>/_tidelake/logs``
+    for a local lake)."""
+    return (config.lake_state_dir / "logs").resolve()
 
 
 def warehouse_dir(config: Config) -> Path:
@@ -90,6 +97,48 @@ def warehouse_dir(config: Config) -> Path:
     local = local_dir(config.lake_root)
     base = local.resolve().parent if local is not None else config.home.resolve()
     return base / "spark-warehouse"
+
+
+#: Hadoop's S3A filesystem, for ``s3a://`` and (so that one URI works everywhere) ``s3://``.
+S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def s3a_conf(s3: S3Config) -> dict[str, str]:
+    """The non-secret S3A settings of ``storage.s3`` as ``spark.hadoop.*`` Spark settings.
+
+    With keys configured, S3A reads them from the Hadoop configuration (set by
+    :func:`apply_s3_credentials`); without, it asks the AWS SDK's default chain (environment,
+    system properties, web identity, profiles, container and instance credentials).
+    """
+    provider = (
+        "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        if s3.resolved_credentials() is not None
+        else "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
+    )
+    conf = {
+        "fs.s3a.impl": S3A_FILESYSTEM,
+        "fs.s3.impl": S3A_FILESYSTEM,
+        "fs.s3a.endpoint.region": s3.region,
+        "fs.s3a.path.style.access": str(s3.path_style).lower(),
+        "fs.s3a.aws.credentials.provider": provider,
+        "fs.s3a.attempts.maximum": str(s3.max_attempts),
+        # Hudi writes many small files per commit from several threads.
+        "fs.s3a.connection.maximum": "64",
+    }
+    if s3.endpoint is not None:
+        conf["fs.s3a.endpoint"] = s3.endpoint
+        conf["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https://")).lower()
+    return {f"spark.hadoop.{k}": v for k, v in conf.items()}
+
+
+def apply_s3_credentials(spark: SparkSession, s3: S3Config) -> None:
+    """Put configured S3 keys on the session's Hadoop configuration (driver and tasks)."""
+    credentials = s3.resolved_credentials()
+    if credentials is None:
+        return
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop_conf.set("fs.s3a.access.key", credentials[0])
+    hadoop_conf.set("fs.s3a.secret.key", credentials[1])
 
 
 def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
@@ -127,6 +176,14 @@ def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
     }
+    if local_dir(config.lake_root) is None:
+        missing = [j for j in S3A_JARS if not (jar_cache_dir(spark_cfg) / j).is_file()]
+        if missing:
+            raise ConfigError(
+                f"lake.root {config.lake_root!r} needs {', '.join(missing)} in the jar cache "
+                f"{jar_cache_dir(spark_cfg)}: run scripts/setup"
+            )
+    conf |= s3a_conf(config.storage.s3)
     conf |= spark_cfg.conf
     if user_java_opts:
         conf["spark.driver.extraJavaOptions"] = f"{java_opts} {user_java_opts}"
@@ -141,25 +198,67 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
     for key, value in session_conf(config, app_name).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    apply_s3_credentials(spark, config.storage.s3)
     register_lake_tables(spark, config.lake_root)
     return spark
+
+
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """``(FileSystem, Path)`` of ``path`` in the session's JVM."""
+    jvm: Any = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` (local or on object storage) holds a Hudi table."""
+    if local_dir(path) is not None:
+        return is_hudi_table(path)
+    fs, hpath = _hadoop_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
+    return bool(fs.exists(hpath))
+
+
+def discover_remote_tables(spark: SparkSession, lake_root: str) -> list[TableLocation]:
+    """Every Hudi table under a lake root on object storage, through the session's S3A."""
+    from urllib.parse import unquote
+
+    from tidelake.lake.hudi import TIDELAKE_DIR
+
+    root = lake_root.rstrip("/")
+    fs, pattern = _hadoop_path(spark, f"{root}/*/*/.hoodie/hoodie.properties")
+    found = []
+    for status in fs.globStatus(pattern) or []:
+        table_dir = status.getPath().getParent().getParent()
+        db_dir = table_dir.getParent()
+        if db_dir.getName() == TIDELAKE_DIR:
+            continue
+        table, database = str(table_dir.getName()), str(db_dir.getName())
+        found.append(TableLocation(unquote(database), unquote(table), f"{root}/{database}/{table}"))
+    return sorted(found, key=lambda t: t.path)
 
 
 def register_table(spark: SparkSession, database: str, table: str, path: str) -> None:
     """Make ``database.table`` name the Hudi table at ``path`` in the session catalog."""
     db, name = quote_identifier(database), quote_identifier(table)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
-    wanted = Path(path).resolve().as_uri().rstrip("/")
+    local = local_dir(path)
+    wanted = (local.resolve().as_uri() if local is not None else path).rstrip("/")
     if spark.catalog.tableExists(f"{db}.{name}"):
         location = _table_location(spark, f"{db}.{name}")
-        if location is not None and Path(location.removeprefix("file:")).resolve() == Path(
-            wanted.removeprefix("file://")
-        ):
+        if location is not None and _same_location(location, wanted):
             return
         # Another lake (a test's, a moved root) registered this name: the table is external,
         # so dropping it forgets the name and leaves the data where it is.
         spark.sql(f"DROP TABLE {db}.{name}")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.{name} USING hudi LOCATION {_sql_string(wanted)}")
+
+
+def _same_location(location: str, wanted: str) -> bool:
+    if wanted.startswith("file://"):
+        return Path(location.removeprefix("file:")).resolve() == Path(
+            wanted.removeprefix("file://")
+        )
+    return location.rstrip("/") == wanted
 
 
 def _table_location(spark: SparkSession, qualified: str) -> str | None:
@@ -172,7 +271,12 @@ def _table_location(spark: SparkSession, qualified: str) -> str | None:
 def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
     """Register every Hudi table under ``lake_root``; returns their ``db.table`` names."""
     names = []
-    for loc in discover_tables(lake_root):
+    found = (
+        discover_tables(lake_root)
+        if local_dir(lake_root) is not None
+        else discover_remote_tables(spark, lake_root)
+    )
+    for loc in found:
         try:
             register_table(spark, loc.database, loc.table, loc.path)
             names.append(loc.table_id)

@@ -16,7 +16,13 @@ from tidelake.lake.hudi import (
     table_path,
     write_options,
 )
-from tidelake.lake.spark import HUDI_BUNDLE_JAR, hudi_jars, quote_identifier, session_conf
+from tidelake.lake.spark import (
+    HUDI_BUNDLE_JAR,
+    S3A_JARS,
+    hudi_jars,
+    quote_identifier,
+    session_conf,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -104,13 +110,13 @@ def test_missing_hudi_bundle_says_run_setup(tmp_path: Path) -> None:
 
 
 def test_bundle_name_matches_the_pinned_jar_list() -> None:
-    """lake/spark.py loads exactly the jar scripts/jars.txt pins."""
+    """lake/spark.py loads exactly the jars scripts/jars.txt pins (Hudi, then S3A)."""
     pinned = [
         line.strip()
         for line in (REPO / "scripts" / "jars.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    expected = [HUDI_BUNDLE_JAR]
+    expected = [HUDI_BUNDLE_JAR, *S3A_JARS]
     assert expected == [f"{c.split(':')[1]}-{c.split(':')[2]}.jar" for c in pinned]
 
 
