@@ -24,7 +24,7 @@ dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (npm ci + 
 	@scripts/dashboard --force
 
 .PHONY: test
-test: export TIDELAKE_SETUP_BROWSER := 1
+test: export SETUP_CHROMIUM := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
