@@ -27,8 +27,6 @@ from tidelake.api.heartbeat import heartbeat_age_s, is_up
 from tidelake.api.jetstream import JetStream, is_bus_error
 from tidelake.api.records import Histogram, LakeRecord, StageRecord
 from tidelake.config import Config
-from tidelake.errors import IngestError
-from tidelake.lake.hudi import TIDELAKE_DIR, local_dir
 from tidelake.stage.storage import open_storage
 
 log = structlog.get_logger(__name__)
@@ -44,10 +42,8 @@ LATENCY_SAMPLES_PER_REFRESH = 200
 
 
 def lake_state_dir(cfg: Config) -> Path:
-    root = local_dir(cfg.lake_root)
-    if root is None:
-        raise IngestError(f"lake root {cfg.lake_root!r}: only local lakes so far")
-    return root / TIDELAKE_DIR
+    """The ingest's local state (``Config.lake_state_dir``: also for object-store lakes)."""
+    return cfg.lake_state_dir
 
 
 @dataclass
@@ -89,7 +85,7 @@ class Monitor:
         self.cfg = cfg
         self.stale_after_s = stale_after_s
         self.bus = bus or JetStream(cfg.bus)
-        self.stage = StageRecord(open_storage(cfg.stage_root))
+        self.stage = StageRecord(open_storage(cfg.stage_root, cfg.storage.s3))
         self.lake = LakeRecord(lake_state_dir(cfg))
         self._snapshot: Snapshot | None = None
         self._lock = asyncio.Lock()

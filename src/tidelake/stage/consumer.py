@@ -326,7 +326,7 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
         js = nc.jetstream()
         await ensure_streams(js, cfg.bus)
         await ensure_consumer(js, cfg.bus)
-        storage = open_storage(cfg.stage_root)
+        storage = open_storage(cfg.stage_root, cfg.storage.s3)
         stager = Stager(nc, cfg.bus, cfg.stage, storage)
         stager.install_signal_handlers()
         with Heartbeat(storage.put, "stager", lambda: scalar_fields(stager.stats)):
