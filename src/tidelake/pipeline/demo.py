@@ -32,6 +32,7 @@ from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, load_config
 from tidelake.lake.compare import Comparison, compare_rows
+from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
 from tidelake.workload.orders import DATABASE, PRIMARY_KEYS, SCHEMAS, OrderWorkload, WorkloadSpec
 
@@ -48,6 +49,8 @@ class DemoOptions:
     seed: int = 7
     home: Path = Path(".tidelake/demo")
     catch_up_timeout_s: float = 600.0
+    #: ``"minio"``: staging and lake in a private MinIO (pipeline/object_store.py).
+    object_store: str | None = None
 
 
 @dataclass
@@ -229,13 +232,13 @@ def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Con
             time.sleep(0.2)
 
 
-def _verify(lake_root: str, workload: OrderWorkload) -> list[Comparison]:
+def _verify(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
     from tidelake.lake.verify import read_table  # hudi-rs: JVM-free
 
     results = []
     for table, rows in workload.expected_rows().items():
         name = table.split(".", 1)[1]
-        lake_rows = read_table(lake_root, table).to_pylist()
+        lake_rows = read_table(cfg.lake_root, table, cfg.storage.s3).to_pylist()
         results.append(
             compare_rows(table, PRIMARY_KEYS[name], rows, lake_rows, list(SCHEMAS[name]))
         )
@@ -249,16 +252,20 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     home = opts.home.resolve()
     _prepare_home(home)
     cfg = load_config(None, environ={}).model_copy(update={"home": home})
-    result.lake = cfg.lake_root
     server = EmbeddedNats(cfg.nats_store_dir)
     children: list[StageProcess] = []
+    store: DemoObjectStore | None = None
     try:
+        store = start_object_store(opts.object_store, home)
+        cfg = store.configure(cfg) if store else cfg
+        result.lake = cfg.lake_root
         server.start()
         config_path = home / "config.yaml"
+        settings = {"home": str(home), "bus": {"url": server.url}}
         config_path.write_text(
-            yaml.safe_dump({"home": str(home), "bus": {"url": server.url}}, sort_keys=False)
+            yaml.safe_dump(settings | (store.file_settings() if store else {}), sort_keys=False)
         )
-        env = {"TIDELAKE_CONFIG": str(config_path)}
+        env = {"TIDELAKE_CONFIG": str(config_path), **(store.env() if store else {})}
         children = [
             StageProcess("stager", tidelake_argv("stage"), env, home / "logs" / "stage.log"),
             StageProcess(
@@ -270,7 +277,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         ]
         for child in children:
             child.start()
-        _wait_for_ingest(Path(cfg.lake_root) / "_tidelake", children, console)
+        _wait_for_ingest(cfg.lake_state_dir, children, console)
         workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
         columns = [
             TextColumn("{task.description:<24}"),
@@ -284,7 +291,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             result.publish_events_per_s = round(rate, 1)
             commits = _wait_for_lake(
                 published,
-                Path(cfg.lake_root) / "_tidelake" / "commits.jsonl",
+                cfg.lake_state_dir / "commits.jsonl",
                 children,
                 opts.catch_up_timeout_s,
                 progress,
@@ -297,7 +304,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         for child in children:
             child.stop()
         result.dlq = asyncio.run(_dlq_depth(cfg, server.url))
-        comparisons = _verify(cfg.lake_root, workload)
+        comparisons = _verify(cfg, workload)
         result.tables = len(comparisons)
         result.rows_expected = sum(c.rows_expected for c in comparisons)
         result.rows_in_lake = sum(c.rows_in_lake for c in comparisons)
@@ -317,6 +324,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         for child in children:
             child.stop(timeout_s=30)
         server.stop()
+        if store is not None:
+            store.stop()
         result.elapsed_s = round(time.monotonic() - started, 1)
     return result
 
@@ -345,6 +354,7 @@ def render_summary(result: DemoResult, console: Console) -> None:
         console.print(f"[bold red]demo failed:[/] {result.error}")
     elif result.mismatches == 0:
         console.print(f"[bold green]the lake equals the source.[/] Lake: {result.lake}")
+    if result.ok and "://" not in result.lake:  # a private object store is gone by now
         console.print(
             "Query it:  .venv/bin/tidelake query "
             f"--config {Path(result.lake).parent / 'config.yaml'} "
