@@ -63,12 +63,21 @@ def demo(
         ".tidelake/demo"
     ),
     json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
+    object_store: Annotated[
+        str | None,
+        typer.Option(help="minio: staging and lake in a private MinIO (S3) server"),
+    ] = None,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
 
+    if object_store not in (None, "minio"):
+        err_console.print("[bold red]--object-store takes minio[/]")
+        raise typer.Exit(2)
     out = err_console if json else console
-    result = run_demo(DemoOptions(events=events, rate=rate, seed=seed, home=home), out)
+    result = run_demo(
+        DemoOptions(events=events, rate=rate, seed=seed, home=home, object_store=object_store), out
+    )
     render_summary(result, out)
     if json:
         _print_json(result.to_json())
@@ -234,6 +243,39 @@ def query(
     except TidelakeError as exc:
         err_console.print(f"[bold red]query failed[/] {exc}")
         raise typer.Exit(1) from exc
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(
+    ctx: typer.Context,
+    config: ConfigOption = None,
+    master: Annotated[
+        str | None,
+        typer.Option(help="spark://host:7077, yarn, k8s://… (default lake.spark.master)"),
+    ] = None,
+    deploy_mode: Annotated[str, typer.Option(help="client or cluster")] = "client",
+    print_only: Annotated[
+        bool, typer.Option("--print", help="print the spark-submit command line, run nothing")
+    ] = False,
+) -> None:
+    """Run a tidelake Spark verb under spark-submit: `tidelake submit -c F -- ingest --once`."""
+    import shlex
+    import subprocess
+
+    from tidelake.lake.submit import submit_argv
+
+    cfg = _load(config)
+    job_args = list(ctx.args)
+    if not job_args:
+        err_console.print("[bold red]name the verb to submit[/], e.g. `-- ingest --once`")
+        raise typer.Exit(2)
+    if config is not None:
+        job_args += ["--config", str(config.resolve())]
+    argv = submit_argv(cfg, job_args, master=master, deploy_mode=deploy_mode)
+    if print_only:
+        sys.stdout.write(shlex.join(argv) + "\n")
+        return
+    raise typer.Exit(subprocess.call(argv))
 
 
 def _register_operator_verbs() -> None:

@@ -190,12 +190,28 @@ def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
     return conf
 
 
+#: Settings a ``spark-submit`` command line decides (lake/submit.py): inside a submitted
+#: driver the session builder leaves them as submitted.
+SUBMIT_OWNED = frozenset(
+    {"spark.master", "spark.driver.memory", "spark.jars", "spark.driver.extraJavaOptions"}
+)
+
+
+def submitted(environ: dict[str, str] | None = None) -> bool:
+    """True inside a Python application started by ``spark-submit`` (its JVM already runs)."""
+    env = os.environ if environ is None else environ
+    return "PYSPARK_GATEWAY_PORT" in env
+
+
 def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSession:
     """The session every tidelake Spark job uses; registers the lake's tables in its catalog."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
+    inside_submit = submitted()
     for key, value in session_conf(config, app_name).items():
+        if inside_submit and key in SUBMIT_OWNED:
+            continue
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     apply_s3_credentials(spark, config.storage.s3)
