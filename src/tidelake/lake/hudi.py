@@ -118,11 +118,19 @@ def write_options(
     table: str,
     pk: Sequence[str],
     extra_metadata: dict[str, str],
+    *,
+    rewrite: bool = False,
 ) -> dict[str, str]:
     """The Hudi datasource options of one upsert into ``database.table``.
 
     ``extra_metadata`` keys must start with :data:`COMMIT_META_PREFIX`; they end up in the
     commit's extra metadata. ``lake.hudi_options`` is merged last and wins.
+
+    ``rewrite``: the write replaces the whole table in one ``replacecommit``
+    (``insert_overwrite_table``) with exactly the DataFrame's schema — how a DDL that drops,
+    renames or re-types columns, fills an added column's default, or truncates the table is
+    applied (``lake/evolve.py``). Readers see the old table or the new one, never a mix, and
+    every file of the new snapshot has the new schema, so hudi-rs reads it like Spark does.
     """
     if not pk:
         raise ValueError("a Hudi table needs a record key")
@@ -161,11 +169,32 @@ def write_options(
                 "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
             ),
         }
+    services = lake.table_services
+    opts |= {
+        # Cleaning after every commit bounds the file versions kept (docs/deployment.md).
+        "hoodie.clean.automatic": "true",
+        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.cleaner.commits.retained": str(services.clean_retain_commits),
+        # Archival must keep more commits than cleaning needs.
+        "hoodie.keep.min.commits": str(max(20, services.clean_retain_commits + 1)),
+        "hoodie.keep.max.commits": str(max(20, services.clean_retain_commits + 1) + 10),
+        # File sizing: inserts top up small base files instead of adding new ones.
+        "hoodie.parquet.max.file.size": str(services.max_file_mb * 1024 * 1024),
+        "hoodie.parquet.small.file.limit": str(services.small_file_mb * 1024 * 1024),
+    }
     if lake.table_type == "MERGE_ON_READ":
         opts |= {
             # Compact inline every few delta commits so readers merge few log files.
-            "hoodie.compact.inline": "true",
-            "hoodie.compact.inline.max.delta.commits": "5",
+            "hoodie.compact.inline": str(services.compaction == "inline").lower(),
+            "hoodie.compact.inline.max.delta.commits": str(services.compaction_delta_commits),
+        }
+    if rewrite:
+        opts |= {
+            "hoodie.datasource.write.operation": "insert_overwrite_table",
+            # The DataFrame's schema is the new table schema: no column is re-added ...
+            "hoodie.datasource.write.reconcile.schema": "false",
+            # ... and a column it lacks is dropped (DROP COLUMN, RENAME COLUMN).
+            "hoodie.datasource.write.schema.allow.auto.evolution.column.drop": "true",
         }
     for key, value in extra_metadata.items():
         if not key.startswith(COMMIT_META_PREFIX):

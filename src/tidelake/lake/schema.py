@@ -322,3 +322,50 @@ def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any],
 def convert_value(value: Any, source_type: str, source_timezone: str = "UTC") -> Any:
     """One wire value → its typed Python value (see :func:`converter`)."""
     return converter(source_type, source_timezone)(value)
+
+
+# --- type changes ---------------------------------------------------------------------------
+
+#: Decimal digits before the point each integer type needs (BIGINT UNSIGNED is DECIMAL(20,0)).
+_INTEGER_DIGITS: dict[type[DataType], int] = {
+    ByteType: 3,
+    ShortType: 5,
+    IntegerType: 10,
+    LongType: 19,
+}
+_INTEGER_RANK = [ByteType, ShortType, IntegerType, LongType]
+
+
+def is_safe_widening(old: DataType, new: DataType) -> bool:
+    """True when every value of ``old`` converts to ``new`` without loss, the way the source
+    converted it (MySQL ``MODIFY``, PostgreSQL ``ALTER COLUMN … TYPE``).
+
+    Integers widen to wider integers, to decimals with enough digits before the point and
+    (up to ``INT``) to ``DOUBLE``; ``FLOAT`` to ``DOUBLE``; decimals to decimals keeping at
+    least their digits on both sides of the point; ``DATE`` to ``TIMESTAMP`` (midnight);
+    integers, decimals, dates and timestamps to strings (Spark's cast writes the text the
+    source shows). Everything else — a narrowing, a string to a number, a number to binary —
+    is not applied: its table pauses.
+    """
+    if old == new:
+        return True
+    old_int = type(old) in _INTEGER_DIGITS
+    if old_int and type(new) in _INTEGER_DIGITS:
+        return _INTEGER_RANK.index(type(old)) <= _INTEGER_RANK.index(type(new))  # type: ignore[arg-type]
+    if old_int and isinstance(new, DecimalType):
+        return new.precision - new.scale >= _INTEGER_DIGITS[type(old)]
+    if old_int and isinstance(new, DoubleType):
+        return not isinstance(old, LongType)
+    if old_int and isinstance(new, FloatType):
+        return isinstance(old, ByteType | ShortType)
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if isinstance(old, DecimalType) and new == LongType():
+        return old.scale == 0 and old.precision <= 18
+    if isinstance(old, DateType) and isinstance(new, TimestampType):
+        return True
+    if isinstance(new, StringType):
+        return old_int or isinstance(old, DecimalType | DateType | TimestampType)
+    return False
