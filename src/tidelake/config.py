@@ -187,6 +187,38 @@ class StorageConfig(_Model):
     s3: S3Config = S3Config()
 
 
+class TableServicesConfig(_Model):
+    """Hudi table services the writer runs itself: compaction, cleaning, file sizing.
+
+    docs/deployment.md (table services) explains each and what to expect on disk.
+    """
+
+    compaction: Literal["inline", "external"] = Field(
+        "inline",
+        description="MERGE_ON_READ: compact inside the writer, or leave it to an external Hudi "
+        "compactor (which then needs a lock provider in lake.hudi_options)",
+    )
+    compaction_delta_commits: int = Field(
+        5, ge=1, description="MERGE_ON_READ: compact a file group after this many delta commits"
+    )
+    clean_retain_commits: int = Field(
+        10,
+        ge=1,
+        description="cleaning keeps the file versions the latest N commits read (time travel, "
+        "long queries); older versions are deleted after each commit",
+    )
+    max_file_mb: int = Field(120, ge=1, description="target size of a base (Parquet) file")
+    small_file_mb: int = Field(
+        100, ge=0, description="base files below this receive new inserts (file sizing); 0 = off"
+    )
+
+    @model_validator(mode="after")
+    def _sizes(self) -> TableServicesConfig:
+        if self.small_file_mb >= self.max_file_mb:
+            raise ValueError("small_file_mb must be below max_file_mb")
+        return self
+
+
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
@@ -198,6 +230,7 @@ class LakeConfig(_Model):
         {}, description="per table 'db.table': partition columns; none by default"
     )
     hudi_options: dict[str, str] = Field({}, description="extra Hudi write options, all tables")
+    table_services: TableServicesConfig = TableServicesConfig()
     source_timezone: str = Field(
         "UTC", description="zone of the source's TIMESTAMP / DATETIME text (IANA name)"
     )
