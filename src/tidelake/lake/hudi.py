@@ -173,8 +173,8 @@ def write_options(
     opts |= {
         # Cleaning after every commit bounds the file versions kept (docs/deployment.md).
         "hoodie.clean.automatic": "true",
-        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
-        "hoodie.cleaner.commits.retained": str(services.clean_retain_commits),
+        "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.clean.commits.retained": str(services.clean_retain_commits),
         # Archival must keep more commits than cleaning needs.
         "hoodie.keep.min.commits": str(max(20, services.clean_retain_commits + 1)),
         "hoodie.keep.max.commits": str(max(20, services.clean_retain_commits + 1) + 10),

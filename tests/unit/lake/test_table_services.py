@@ -24,8 +24,8 @@ def test_cleaning_and_file_sizing_apply_to_every_table(tmp_path: Path) -> None:
     )
     expected = {
         "hoodie.clean.automatic": "true",
-        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
-        "hoodie.cleaner.commits.retained": "3",
+        "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.clean.commits.retained": "3",
         "hoodie.parquet.max.file.size": str(64 * 1024 * 1024),
         "hoodie.parquet.small.file.limit": str(16 * 1024 * 1024),
     }
@@ -34,7 +34,7 @@ def test_cleaning_and_file_sizing_apply_to_every_table(tmp_path: Path) -> None:
 
 
 def test_archival_always_keeps_more_commits_than_cleaning_retains(tmp_path: Path) -> None:
-    """Hudi refuses hoodie.keep.min.commits <= hoodie.cleaner.commits.retained."""
+    """Hudi refuses hoodie.keep.min.commits <= hoodie.clean.commits.retained."""
     opts = _options(tmp_path, TIDELAKE_LAKE__TABLE_SERVICES__CLEAN_RETAIN_COMMITS="40")
     assert int(opts["hoodie.keep.min.commits"]) > 40
     assert int(opts["hoodie.keep.max.commits"]) > int(opts["hoodie.keep.min.commits"])
