@@ -67,6 +67,10 @@ def demo(
         str | None,
         typer.Option(help="minio: staging and lake in a private MinIO (S3) server"),
     ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(help="mariadb or postgres: capture from a private database server"),
+    ] = None,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -75,9 +79,16 @@ def demo(
         err_console.print("[bold red]--object-store takes minio[/]")
         raise typer.Exit(2)
     out = err_console if json else console
-    result = run_demo(
-        DemoOptions(events=events, rate=rate, seed=seed, home=home, object_store=object_store), out
-    )
+    options = DemoOptions(events=events, rate=rate, seed=seed, home=home, object_store=object_store)
+    if source is not None:
+        from tidelake.pipeline.demo_source import run_source_demo
+
+        if source not in ("mariadb", "postgres"):
+            err_console.print("[bold red]--source takes mariadb or postgres[/]")
+            raise typer.Exit(2)
+        result = run_source_demo(options, source, out)  # type: ignore[arg-type]
+    else:
+        result = run_demo(options, out)
     render_summary(result, out)
     if json:
         _print_json(result.to_json())
