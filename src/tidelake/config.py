@@ -370,10 +370,15 @@ def _reject_secrets_in_file(data: Any, path: str = "") -> None:
 
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    sections = set(Config.model_fields)
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in ("TIDELAKE_CONFIG", "TIDELAKE_JAR_CACHE"):
+        if not name.startswith(ENV_PREFIX):
             continue
         keys = name[len(ENV_PREFIX) :].lower().split("__")
+        if keys[0] not in sections:
+            # Not a setting: TIDELAKE_CONFIG, TIDELAKE_JAR_CACHE, the set-up script's
+            # TIDELAKE_SETUP_* switches and the like belong to other tools.
+            continue
         node = out
         for k in keys[:-1]:
             nxt = node.setdefault(k, {})

@@ -91,3 +91,15 @@ def test_secret_from_environment_is_masked() -> None:
     expected = ("s3cr3t-value", True, False)
     actual = (config.bus.auth.resolved_password(), "**********" in dumped, "s3cr3t-value" in dumped)
     assert expected == actual
+
+
+def test_environment_variables_of_other_tools_are_not_settings() -> None:
+    """TIDELAKE_SETUP_* (scripts/setup) and TIDELAKE_JAR_CACHE are ignored; a nested
+    override of a real section still applies."""
+    env = {
+        "TIDELAKE_SETUP_BROWSER": "1",
+        "TIDELAKE_JAR_CACHE": "/tmp/jars",
+        "TIDELAKE_CONFIG_UNUSED": "x",
+        "TIDELAKE_INGEST__INTERVAL_S": "2.5",
+    }
+    assert 2.5 == load_config(None, environ=env).ingest.interval_s
