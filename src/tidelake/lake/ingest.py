@@ -710,18 +710,21 @@ def stop_on_signals() -> Iterator[threading.Event]:
 
 
 def run_ingest(config: Config, *, once: bool, interval_s: float | None = None) -> IngestStats:
-    """``tidelake ingest``: build the Spark session, then run once or until SIGTERM."""
+    """``tidelake ingest``: take the lake's writer lock (one writer per lake: lake/lock.py),
+    build the Spark session, then run once or until SIGTERM."""
+    from tidelake.lake.lock import lock_path, writer_lock
     from tidelake.lake.spark import build_spark_session
 
-    spark = build_spark_session(config, app_name="tidelake-ingest")
-    try:
-        ingestor = Ingestor(config, spark)
-        with stop_on_signals() as stop:
-            if once:
-                return ingestor.run_once(stop)
-            if config.ingest.warm_up:
-                ingestor.heartbeat("warming up")
-                log.info("warmed up", seconds=round(ingestor.writer.warm_up(), 1))
-            return ingestor.run_continuous(interval_s or config.ingest.interval_s, stop)
-    finally:
-        spark.stop()
+    with writer_lock(lock_path(config)):
+        spark = build_spark_session(config, app_name="tidelake-ingest")
+        try:
+            ingestor = Ingestor(config, spark)
+            with stop_on_signals() as stop:
+                if once:
+                    return ingestor.run_once(stop)
+                if config.ingest.warm_up:
+                    ingestor.heartbeat("warming up")
+                    log.info("warmed up", seconds=round(ingestor.writer.warm_up(), 1))
+                return ingestor.run_continuous(interval_s or config.ingest.interval_s, stop)
+        finally:
+            spark.stop()
