@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -26,6 +27,7 @@ from tidelake.bus.server import EmbeddedNats, free_port
 from tidelake.config import Config, load_config
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
 
+T = TypeVar("T")
 TSO_LOGICAL_BITS = 18
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
@@ -62,6 +64,13 @@ def documented_metrics(doc: Path = DOC) -> list[str]:
         if line.startswith("| `tidelake_"):
             names.append(line.split("`")[1])
     return names
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a fresh loop in its own thread (playwright's sync API
+    keeps an event loop running in the test's thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def wait_for(
@@ -128,7 +137,7 @@ class Pipeline:
             finally:
                 await nc.close()
 
-        return asyncio.run(go())
+        return run_async(go())
 
     def publish_rows(self, table: str, ids: range, *, commit_ms: int | None = None) -> list[int]:
         """One insert per id, each its own source transaction (commit times 1 ms apart)."""
@@ -213,7 +222,7 @@ def start_pipeline(home: Path, *, ingest: bool = True, stale_after_s: float = 30
         finally:
             await nc.close()
 
-    asyncio.run(provision())
+    run_async(provision())
     p = Pipeline(home, cfg, config_path, server, f"http://127.0.0.1:{port}", None)
     try:
         p.children["stager"] = StageProcess(

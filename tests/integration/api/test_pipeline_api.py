@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from typing import Any
 
 import pytest
 from apikit import Pipeline, canal_row, documented_metrics, wait_for
@@ -17,7 +18,7 @@ from tidelake.bus import dlq
 pytestmark = [pytest.mark.integration]
 
 
-def _covered(pipeline: Pipeline, table: str, seq: int) -> dict | None:
+def _covered(pipeline: Pipeline, table: str, seq: int) -> dict[str, Any] | None:
     t = pipeline.table(table)
     return t if t is not None and t["checkpoint_seq"] >= seq else None
 
