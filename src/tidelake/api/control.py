@@ -18,6 +18,10 @@ changed, and applies each entry once (by ``at_ms``):
   and its failure count is reset; the ingest's cursor goes back to the table's checkpoint so
   the events it skipped while paused are read again (the other tables skip them by their
   own checkpoints, DESIGN.md §3 rule 1).
+* ``skip_ddl`` (with ``seq``, the stream sequence of the DDL the table is paused on, from
+  ``ddl_blocked.json``): a resume that also tells the ingest to record that one DDL as
+  applied without changing the table (``lake/evolve.py``). The entry stays in the file, so a
+  restart before the skip is committed still skips it.
 
 ``paused.json`` says what the ingest *did*; ``control.json`` what was *asked*.
 """
@@ -42,7 +46,7 @@ CONTROL_FILE = "control.json"
 PAUSED_FILE = "paused.json"
 OPERATOR_PREFIX = "paused by operator"
 
-Action = Literal["pause", "resume"]
+Action = Literal["pause", "resume", "skip_ddl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +57,14 @@ class TableRequest:
     action: Action
     reason: str
     at_ms: int
+    #: ``skip_ddl``: the stream sequence of the DDL to skip.
+    seq: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "reason": self.reason, "at_ms": self.at_ms}
+        out: dict[str, Any] = {"action": self.action, "reason": self.reason, "at_ms": self.at_ms}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
 
 
 def read_requests(state_dir: Path) -> dict[str, TableRequest]:
@@ -69,10 +78,15 @@ def read_requests(state_dir: Path) -> dict[str, TableRequest]:
     for table, entry in (tables or {}).items():
         try:
             action = entry["action"]
-            if action not in ("pause", "resume"):
+            if action not in ("pause", "resume", "skip_ddl"):
                 continue
+            seq = entry.get("seq")
             out[table] = TableRequest(
-                table, action, str(entry.get("reason", "")), int(entry["at_ms"])
+                table,
+                action,
+                str(entry.get("reason", "")),
+                int(entry["at_ms"]),
+                int(seq) if seq is not None else None,
             )
         except (KeyError, TypeError, ValueError):
             log.warning("control entry ignored", table=table, entry=entry)
@@ -99,22 +113,32 @@ def _locked(state_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def request(state_dir: Path, table: str, action: Action, reason: str = "") -> TableRequest:
-    """Record a pause or resume of ``table`` for the ingest to apply at its next round."""
+def request(
+    state_dir: Path, table: str, action: Action, reason: str = "", seq: int | None = None
+) -> TableRequest:
+    """Record a pause, resume or skip-ddl of ``table`` for the ingest's next round."""
     if "." not in table:
         raise ValueError(f"{table!r}: a table is named <database>.<table>")
+    if (action == "skip_ddl") != (seq is not None):
+        raise ValueError("skip_ddl, and only skip_ddl, names the DDL's stream sequence")
     with _locked(state_dir):
         current = {t: r.to_dict() for t, r in read_requests(state_dir).items()}
         # at_ms strictly grows per table, so two requests in one millisecond both apply.
         previous = current.get(table, {}).get("at_ms", 0)
-        req = TableRequest(table, action, reason, max(int(time.time() * 1000), previous + 1))
+        req = TableRequest(table, action, reason, max(int(time.time() * 1000), previous + 1), seq)
         current[table] = req.to_dict()
         target = state_dir / CONTROL_FILE
         tmp = target.with_name(f".{CONTROL_FILE}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps({"tables": current}, option=orjson.OPT_INDENT_2))
         os.replace(tmp, target)
-    log.info("table control requested", table=table, action=action, reason=reason)
+    log.info("table control requested", table=table, action=action, reason=reason, seq=seq)
     return req
+
+
+def skipped_ddl_seq(state_dir: Path, table: str) -> int | None:
+    """The stream sequence of the DDL an operator asked to skip for ``table``, if any."""
+    req = read_requests(state_dir).get(table)
+    return req.seq if req is not None and req.action == "skip_ddl" else None
 
 
 class Controlled(Protocol):

@@ -52,6 +52,7 @@ from tidelake.lake.hudi import (
     DELETE_FIELD,
     ORDERING_FIELD,
     local_dir,
+    split_table_id,
     table_path,
     write_options,
 )
@@ -61,7 +62,7 @@ from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
 from tidelake.stage.storage import Storage, open_storage
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 log = structlog.get_logger(__name__)
@@ -70,6 +71,15 @@ log = structlog.get_logger(__name__)
 UNTYPED = "text"
 #: Consecutive failed rounds of one table before it is paused (the others go on).
 MAX_TABLE_FAILURES = 3
+#: Test hook: ``after_ddl_commit`` SIGKILLs the ingest's process group right after a DDL's
+#: commit(s), before anything else (the next batch, the cursor hint, commits.jsonl).
+CRASH_HOOK_ENV = "TEST_TIDELAKE_INGEST_CRASH_AT"
+
+
+def _crash_point(point: str) -> None:
+    if os.environ.get(CRASH_HOOK_ENV) == point:
+        log.warning("crash hook", point=point)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 # --- pure logic: filtering and collapsing ---------------------------------------------------
@@ -168,10 +178,16 @@ class TableResult:
     """One table's share of a round: the commits.jsonl line, or why nothing was written."""
 
     table: str
-    committed: dict[str, Any] | None = None
+    #: One commits.jsonl line per Hudi commit (rows; a DDL may add one per table it changes).
+    commits: list[dict[str, Any]] = field(default_factory=list)
     duplicates: int = 0
     stale: int = 0
     refused: str | None = None
+
+    @property
+    def committed(self) -> dict[str, Any] | None:
+        """The last commit of the round, if any."""
+        return self.commits[-1] if self.commits else None
 
 
 def _columns(events: Sequence[ChangeEvent], pk: Sequence[str]) -> dict[str, str]:
@@ -260,18 +276,36 @@ class TableWriter:
     """Writes rounds of one lake's tables through one Spark session."""
 
     def __init__(self, config: Config, spark: SparkSession) -> None:
+        from tidelake.lake.evolve import SchemaEvolver
+
         self.config = config
         self.spark = spark
         self.lake_root = config.lake_root
         self.source_timezone = config.lake.source_timezone
         self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
+        self.evolver = SchemaEvolver(self)
 
     def checkpoint(self, table_id: str) -> TableCheckpoint | None:
-        """The table's checkpoint: read from Hudi once, then kept current by our commits."""
+        """The table's checkpoint: read from Hudi once, then kept current by our commits.
+
+        A dropped table answers with its tombstone (``lake/evolve.py``); a drop that was
+        interrupted after its tombstone is finished here.
+        """
         if table_id not in self._checkpoints:
-            database, table = table_id.split(".", 1)
+            database, table = split_table_id(table_id)
             path = table_path(self.lake_root, database, table)
-            self._checkpoints[table_id] = read_checkpoint(self.spark, path)
+            committed = read_checkpoint(self.spark, path)
+            tombstone = self.evolver.tombstones.get(table_id)
+            if tombstone is not None and (
+                committed is None or committed.checkpoint.seq < tombstone.seq
+            ):
+                if committed is not None:
+                    log.warning("finishing an interrupted drop", table=table_id)
+                    self.remove_table(table_id)
+                committed = CommittedCheckpoint(tombstone, "dropped", None)
+            elif tombstone is not None:
+                self.evolver.tombstones.remove(table_id)  # re-created after the drop
+            self._checkpoints[table_id] = committed
         held = self._checkpoints[table_id]
         return held.checkpoint if held else None
 
@@ -287,43 +321,139 @@ class TableWriter:
         events: Sequence[ChangeEvent],
         seq_last: int,
     ) -> TableResult:
-        """Apply one round's events of one table in one Hudi commit (or none if all known)."""
-        started = time.monotonic()
+        """Apply one round's events of one table: one Hudi commit for its rows, and for a DDL
+        (the last event of a round) the rows before it first, then the schema change."""
+        from tidelake.lake.evolve import DdlBlocked
+
         result = TableResult(table_id)
         previous = self.checkpoint(table_id)
         filtered = filter_events(events, previous)
         result.duplicates, result.stale = filtered.duplicates, filtered.stale
-        kept = filtered.kept
-        if not kept:
-            return result
-        row_events = [e for e in kept if e.op.is_row_change]
-        ddl_events = [e for e in kept if e.op is Op.DDL]
-        for e in ddl_events:
-            log.info("ddl recorded", table=table_id, ddl_type=e.ddl_type, ddl=e.ddl, seq=e.seq)
+        segment: list[ChangeEvent] = []
+        for event in filtered.kept:
+            if event.op is not Op.DDL:
+                segment.append(event)
+                continue
+            if segment:
+                # Rows before the DDL land under the old schema; their checkpoint stops
+                # right before the DDL, so a crash between the two commits is safe.
+                self._apply_rows(result, database, table, segment, event.seq - 1)
+                segment = []
+            try:
+                self._apply_ddl(result, event)
+            except DdlBlocked as exc:
+                self.evolver.blocked.record(exc)
+                result.refused = str(exc)
+                return result
+        if segment:
+            self._apply_rows(result, database, table, segment, seq_last)
+        return result
+
+    def _apply_ddl(self, result: TableResult, event: ChangeEvent) -> None:
+        from tidelake.api.control import skipped_ddl_seq
+
+        started = time.monotonic()
+        skip = skipped_ddl_seq(self.config.lake_state_dir, result.table) == event.seq
+        for outcome in self.evolver.apply(result.table, event, skip=skip):
+            ckpt = outcome.checkpoint
+            result.commits.append(
+                {
+                    "table": outcome.table_id,
+                    "instant": outcome.instant,
+                    "seq_from": event.seq - 1,
+                    "seq": ckpt.seq,
+                    "position": ckpt.position,
+                    "schema_version": ckpt.schema_version,
+                    "events": 1 if outcome.table_id == result.table else 0,
+                    "upserts": 0,
+                    "deletes": 0,
+                    "ddl": 1,
+                    "ddl_type": event.ddl_type,
+                    "ddl_action": "skipped" if skip else outcome.action,
+                    "ddl_changes": outcome.ops,
+                    "rows_rewritten": outcome.rows_rewritten,
+                    "skipped_duplicates": 0,
+                    "skipped_stale": 0,
+                    "committed_at_ms": int(time.time() * 1000),
+                    "max_commit_ts_ms": event.commit_ts_ms,
+                    "commit_ts_ms_p50": event.commit_ts_ms,
+                    "duration_ms": int((time.monotonic() - started) * 1000),
+                }
+            )
+        _crash_point("after_ddl_commit")
+
+    def _apply_rows(
+        self,
+        result: TableResult,
+        database: str,
+        table: str,
+        row_events: Sequence[ChangeEvent],
+        seq_last: int,
+    ) -> None:
+        """Upsert row events in one Hudi commit with the table's next checkpoint."""
+        started = time.monotonic()
+        table_id = result.table
+        previous = self.checkpoint(table_id)
         pk = self._primary_key(table_id, row_events)
         path = table_path(self.lake_root, database, table)
-        existed = table_exists(self.spark, path)
-        if not row_events and not existed:
-            # Nothing to create a table from yet (CREATE TABLE before its first row).
-            return result
-        positions = [e.position.encode() for e in kept]
+        existed = self.exists(path)
+        positions = [e.position.encode() for e in row_events]
         if previous and previous.position:
             positions.append(previous.position)
         checkpoint = TableCheckpoint(
             seq=max(seq_last, previous.seq if previous else 0),
             position=max(positions),
-            schema_version=(previous.schema_version if previous else 0) + len(ddl_events),
+            schema_version=previous.schema_version if previous else 0,
         )
-        if row_events:
-            batch = build_batch(table_id, row_events, pk, self.source_timezone)
-            df = self.spark.createDataFrame(batch.rows, batch.schema)
-            upserts, deletes = batch.upserts, batch.deletes
-        else:
-            df = self.spark.createDataFrame([], self._current_schema(path))
-            upserts = deletes = 0
-            pk = pk or self._stored_primary_key(path)
+        batch = build_batch(table_id, row_events, pk, self.source_timezone)
+        df = self.spark.createDataFrame(batch.rows, batch.schema)
+        instant = self.commit(table_id, df, checkpoint, pk=pk)
+        if not existed:
+            self.sync_catalog(table_id)
+        commit_ms = sorted(e.commit_ts_ms for e in row_events if e.commit_ts_ms is not None)
+        result.commits.append(
+            {
+                "table": table_id,
+                "instant": instant,
+                "seq_from": previous.seq if previous else 0,
+                "seq": checkpoint.seq,
+                "position": checkpoint.position,
+                "schema_version": checkpoint.schema_version,
+                "events": len(row_events),
+                "upserts": batch.upserts,
+                "deletes": batch.deletes,
+                "ddl": 0,
+                "skipped_duplicates": result.duplicates,
+                "skipped_stale": result.stale,
+                "committed_at_ms": int(time.time() * 1000),
+                "max_commit_ts_ms": commit_ms[-1] if commit_ms else None,
+                "commit_ts_ms_p50": int(statistics.median_low(commit_ms)) if commit_ms else None,
+                "duration_ms": int((time.monotonic() - started) * 1000),
+            }
+        )
+
+    # -- what lake/evolve.py uses
+
+    def commit(
+        self,
+        table_id: str,
+        df: DataFrame,
+        checkpoint: TableCheckpoint,
+        *,
+        pk: Sequence[str] | None = None,
+        rewrite: bool = False,
+    ) -> str:
+        """Write ``df`` to the table in one Hudi commit holding ``checkpoint``; its instant."""
+        database, table = split_table_id(table_id)
+        path = table_path(self.lake_root, database, table)
+        key = tuple(pk) if pk else self.stored_primary_key(path)
         options = write_options(
-            self.config.lake, database, table, pk, {CHECKPOINT_KEY: checkpoint.to_json()}
+            self.config.lake,
+            database,
+            table,
+            key,
+            {CHECKPOINT_KEY: checkpoint.to_json()},
+            rewrite=rewrite,
         )
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
@@ -331,7 +461,6 @@ class TableWriter:
             self.forget(table_id)
             first_line = str(exc).strip().split("\n", 1)[0]
             raise IngestError(f"{table_id}: the Hudi write failed: {first_line}") from exc
-        committed_at_ms = int(time.time() * 1000)
         committed = read_checkpoint(self.spark, path)
         if committed is None or committed.checkpoint != checkpoint:
             self.forget(table_id)
@@ -340,31 +469,44 @@ class TableWriter:
                 f"({committed.checkpoint if committed else None} != {checkpoint})"
             )
         self._checkpoints[table_id] = committed
-        if not existed:
-            from tidelake.lake.spark import register_table
+        return committed.instant
 
-            with contextlib.suppress(Exception):  # the catalog is a convenience here
-                register_table(self.spark, database, table, path)
-        commit_ms = sorted(e.commit_ts_ms for e in row_events if e.commit_ts_ms is not None)
-        result.committed = {
-            "table": table_id,
-            "instant": committed.instant,
-            "seq_from": previous.seq if previous else 0,
-            "seq": checkpoint.seq,
-            "position": checkpoint.position,
-            "schema_version": checkpoint.schema_version,
-            "events": len(kept),
-            "upserts": upserts,
-            "deletes": deletes,
-            "ddl": len(ddl_events),
-            "skipped_duplicates": result.duplicates,
-            "skipped_stale": result.stale,
-            "committed_at_ms": committed_at_ms,
-            "max_commit_ts_ms": commit_ms[-1] if commit_ms else None,
-            "commit_ts_ms_p50": int(statistics.median_low(commit_ms)) if commit_ms else None,
-            "duration_ms": int((time.monotonic() - started) * 1000),
-        }
-        return result
+    def exists(self, path: str) -> bool:
+        """True when ``path`` holds a Hudi table (local or on object storage)."""
+        return table_exists(self.spark, path)
+
+    def tables_of(self, database: str) -> list[str]:
+        """The ``db.table`` names of the lake's tables in ``database``."""
+        from tidelake.lake.hudi import discover_tables
+
+        return [t.table_id for t in discover_tables(self.lake_root) if t.database == database]
+
+    def remove_table(self, table_id: str) -> None:
+        """Delete the table's directory and its catalog entry (DROP TABLE at the source)."""
+        from tidelake.lake.catalog import unregister_table
+
+        database, table = split_table_id(table_id)
+        path = table_path(self.lake_root, database, table)
+        unregister_table(self.spark, database, table)
+        jvm: Any = self.spark.sparkContext._jvm
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hpath.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if fs.exists(hpath):
+            fs.delete(hpath, True)
+        tombstone = self.evolver.tombstones.get(table_id)
+        self._checkpoints[table_id] = (
+            CommittedCheckpoint(tombstone, "dropped", None) if tombstone else None
+        )
+
+    def sync_catalog(self, table_id: str) -> None:
+        """Make the catalog show the table's current schema (after creation or a DDL)."""
+        from tidelake.lake.catalog import sync_table
+
+        database, table = split_table_id(table_id)
+        try:
+            sync_table(self.spark, database, table, table_path(self.lake_root, database, table))
+        except Exception as exc:  # the catalog is a convenience: never fail a commit on it
+            log.warning("catalog not synced", table=table_id, error=str(exc)[:500])
 
     def warm_up(self) -> float:
         """Two throw-away upserts into a scratch table beside the lake, then remove it.
@@ -407,7 +549,8 @@ class TableWriter:
             pk = e.pk
         return pk
 
-    def _current_schema(self, path: str) -> StructType:
+    def stored_schema(self, path: str) -> StructType:
+        """The table's source and lineage columns as stored (no ``_hoodie_*`` meta columns)."""
         from pyspark.sql.types import StructType
 
         stored = self.spark.read.format("hudi").load(path).schema
@@ -419,7 +562,8 @@ class TableWriter:
             ]
         )
 
-    def _stored_primary_key(self, path: str) -> tuple[str, ...]:
+    def stored_primary_key(self, path: str) -> tuple[str, ...]:
+        """The record key fields of the table at ``path``."""
         if local_dir(path) is None:  # object storage: read through Hudi
             stored = table_property(self.spark, path, "hoodie.table.recordkey.fields")
             if stored:
@@ -463,9 +607,9 @@ class IngestStats:
         for t in result.tables:
             self.duplicates += t.duplicates
             self.stale += t.stale
-            if t.committed:
+            for c in t.commits:
                 self.commits += 1
-                self.events += int(t.committed["events"])
+                self.events += int(c["events"])
             if t.refused:
                 self.refused[t.table] = t.refused
 
@@ -537,22 +681,30 @@ class Ingestor:
         return manifests
 
     def _round_events(self, manifests: Sequence[Manifest]) -> dict[str, list[ChangeEvent]]:
+        """Events per table, in stream order. A DDL event is taken from the manifest's ``ddl``
+        list (it is also its table file's last line) and grouped under the table whose
+        checkpoint decides it (``evolve.route``: ``RENAME a TO b`` under ``a``); one without
+        a table (``DROP DATABASE``) under ``"<db>."``."""
+        from tidelake.lake.evolve import route
+
         per_table: dict[str, list[ChangeEvent]] = {}
         for manifest in manifests:
             for table_file in manifest.tables:
                 events = per_table.setdefault(table_file.table_id, [])
                 for line in self.storage.get(table_file.path).split(b"\n"):
                     if line.strip():
-                        events.append(ChangeEvent.from_json(line))
+                        event = ChangeEvent.from_json(line)
+                        if event.op is not Op.DDL:
+                            events.append(event)
             for d in manifest.ddl:
                 ddl = ChangeEvent.from_dict(d)
-                events = per_table.setdefault(ddl.table_id, [])
+                events = per_table.setdefault(route(ddl) if ddl.table else ddl.table_id, [])
                 ident = (ddl.seq, ddl.position)
                 if not any((e.seq, e.position) == ident for e in events if e.op is Op.DDL):
                     events.append(ddl)
         for events in per_table.values():
             events.sort(key=lambda e: e.seq)  # stable: stream order, file order within a seq
-        return per_table
+        return {t: events for t, events in per_table.items() if events}
 
     def _apply_table(
         self,
@@ -561,13 +713,15 @@ class Ingestor:
         seq_last: int,
         stop: threading.Event | None,
     ) -> TableResult | None:
-        """One table's commit of the round; None when a stop came first."""
+        """One table's commit(s) of the round; None when a stop came first."""
         if stop is not None and stop.is_set():
             return None
         try:
-            table_result = self.writer.apply(
-                table_id, events[0].database, events[0].table, events, seq_last
-            )
+            if table_id.endswith("."):  # DDL naming a database only
+                table_result = self._apply_database_ddl(table_id, events)
+            else:
+                database, table = split_table_id(table_id)
+                table_result = self.writer.apply(table_id, database, table, events, seq_last)
         except TableRefused as exc:
             return self._pause(table_id, str(exc))
         except IngestError as exc:
@@ -578,12 +732,39 @@ class Ingestor:
                 raise
             return self._pause(table_id, f"{exc} (failed {MAX_TABLE_FAILURES} times in a row)")
         self.failures.pop(table_id, None)
+        if table_result.refused:
+            self._pause(table_id, table_result.refused)
         return table_result
 
+    def _apply_database_ddl(self, db_id: str, events: Sequence[ChangeEvent]) -> TableResult:
+        """``CREATE DATABASE``, ``DROP DATABASE`` …: applied table by table, each idempotent
+        by its own checkpoint (there is no database checkpoint)."""
+        result = TableResult(db_id)
+        for event in events:
+            for outcome in self.writer.evolver.apply(db_id, event):
+                result.commits.append(
+                    {
+                        "table": outcome.table_id,
+                        "instant": outcome.instant,
+                        "seq_from": event.seq - 1,
+                        "seq": outcome.checkpoint.seq,
+                        "position": outcome.checkpoint.position,
+                        "schema_version": outcome.checkpoint.schema_version,
+                        "events": 0,
+                        "upserts": 0,
+                        "deletes": 0,
+                        "ddl": 1,
+                        "ddl_type": event.ddl_type,
+                        "ddl_action": outcome.action,
+                        "committed_at_ms": int(time.time() * 1000),
+                    }
+                )
+        return result
+
     def _record(self, table_result: TableResult, seq_last: int) -> None:
-        if table_result.committed:
-            self._append("commits.jsonl", table_result.committed)
-            log.info("committed", **table_result.committed)
+        for line in table_result.commits:
+            self._append("commits.jsonl", line)
+            log.info("committed", **line)
         if table_result.duplicates or table_result.stale:
             self._append(
                 "skipped.jsonl",
@@ -609,27 +790,16 @@ class Ingestor:
         log.error("table paused", table=table_id, reason=reason)
         return TableResult(table_id, refused=reason)
 
-    def step(self, stop: threading.Event | None = None) -> RoundResult:
-        """Apply the next round; an empty result when nothing is staged."""
-        result = RoundResult()
-        self.control.apply(self)  # before listing: a resume may move the cursor back
-        manifests = self._next_round()
-        if not manifests:
-            return result
-        result.manifests = len(manifests)
-        result.seq_last = max(m.seq_last for m in manifests)
-        self.heartbeat("applying")
-        todo = [
-            (table_id, events)
-            for table_id, events in self._round_events(manifests).items()
-            if table_id not in self.paused
-        ]
-        # Tables are independent Hudi tables: commit them concurrently (one Spark job each),
-        # so one round costs about its slowest table instead of the sum of all of them.
+    def _commit_tables(
+        self,
+        todo: Sequence[tuple[str, list[ChangeEvent]]],
+        result: RoundResult,
+        stop: threading.Event | None,
+        parallel: int,
+    ) -> None:
+        """Commit ``todo``'s tables, ``parallel`` at a time; failures raise after all ran."""
         failed: list[IngestError] = []
-        with ThreadPoolExecutor(
-            max_workers=self.config.ingest.parallel_tables, thread_name_prefix="commit"
-        ) as pool:
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="commit") as pool:
             futures = {
                 pool.submit(self._apply_table, table_id, events, result.seq_last, stop): table_id
                 for table_id, events in todo
@@ -647,6 +817,31 @@ class Ingestor:
                 self._record(table_result, result.seq_last)
         if failed:
             raise failed[0]
+
+    def step(self, stop: threading.Event | None = None) -> RoundResult:
+        """Apply the next round; an empty result when nothing is staged."""
+        result = RoundResult()
+        self.control.apply(self)  # before listing: a resume may move the cursor back
+        manifests = self._next_round()
+        if not manifests:
+            return result
+        result.manifests = len(manifests)
+        result.seq_last = max(m.seq_last for m in manifests)
+        self.heartbeat("applying")
+        todo = [
+            (table_id, events)
+            for table_id, events in self._round_events(manifests).items()
+            if table_id not in self.paused
+        ]
+        # Tables are independent Hudi tables: commit them concurrently (one Spark job each),
+        # so one round costs about its slowest table instead of the sum of all of them. A
+        # table with DDL goes after the others, one at a time: RENAME and DROP reach other
+        # tables, which must not be written at the same moment.
+        plain = [(t, events) for t, events in todo if all(e.op is not Op.DDL for e in events)]
+        with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
+        self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables)
+        if with_ddl:
+            self._commit_tables(with_ddl, result, stop, 1)
         if result.interrupted:
             return result  # the cursor stays: checkpoints skip what was committed
         self._advance_cursor(max(self.cursor, result.seq_last))

@@ -1,0 +1,247 @@
+"""DDL mid-stream: schema evolution at the barrier, on real Spark with the Hudi bundle.
+
+Every DDL kind (create, add column with and without default, drop, rename, widen, truncate,
+rename table, drop table, an index) interleaved with rows across several tables; a DDL the
+lake cannot apply pausing only its table until ``skip-ddl``; and a ``kill -9`` right after a
+DDL's commit, before the next batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from lakekit import Lake, ddl_event, event
+
+from tidelake.api import control
+from tidelake.lake.evolve import read_blocked
+from tidelake.lake.verify import read_table
+
+REPO = Path(__file__).resolve().parents[3]
+
+USERS = {"id": "bigint", "name": "varchar(32)", "age": "int"}
+ITEMS = {"id": "bigint", "sku": "varchar(16)"}
+
+
+def _schema(lake: Lake, table_id: str) -> dict[str, str]:
+    """Source columns → Arrow type as hudi-rs reads them (lineage columns left out)."""
+    schema: pa.Schema = read_table(lake.config.lake_root, table_id).schema
+    return {f.name: str(f.type) for f in schema if not f.name.startswith("_tl_")}
+
+
+def _rows(lake: Lake, table_id: str, *columns: str) -> dict[str, tuple[Any, ...]]:
+    return {str(r["id"]): tuple(r.get(c) for c in columns) for r in lake.rows(table_id)}
+
+
+def test_every_ddl_kind_interleaved_with_rows_across_tables_ends_equal_to_the_source(
+    lake: Lake,
+) -> None:
+    """Rows and DDL of four tables in one stream: the lake ends with the source's rows and
+    schema, read the same by hudi-rs and Spark, the catalog follows every change, and a
+    full replay of the stream (cursor hint deleted) changes nothing."""
+    orders_v2 = {**_ORDERS, "note": "varchar(32)"}
+    orders_v3 = {**orders_v2, "amount": "decimal(12,2)"}
+    orders_v4 = {**orders_v3, "flag": "int"}
+    users_v2 = {"id": "bigint", "full_name": "varchar(32)", "age": "int"}
+    users_v3 = {"id": "bigint", "full_name": "varchar(32)"}
+    coupons = {"id": "bigint", "code": "varchar(16)"}
+    seq = iter(range(1, 1000))
+
+    def rows(*events: Any) -> None:
+        lake.stage(list(events))
+
+    def ddl(table: str, sql: str, kind: str) -> None:
+        n = next(seq)
+        lake.stage([ddl_event(table, sql, kind, 100 + n, n)])
+
+    def ev(op: str, key: int, table: str, values: dict[str, str], types: dict[str, str]) -> Any:
+        n = next(seq)
+        return event(op, key, 100 + n, n, table=table, values=values, types=types)
+
+    rows(
+        ev("insert", 1, "shop.orders", {"status": "new", "amount": "10.00"}, _ORDERS),
+        ev("insert", 2, "shop.orders", {"status": "new", "amount": "20.00"}, _ORDERS),
+        ev("insert", 1, "shop.users", {"name": "Ada", "age": "36"}, USERS),
+        ev("insert", 2, "shop.users", {"name": "Linus", "age": "28"}, USERS),
+        ev("insert", 1, "shop.items", {"sku": "A"}, ITEMS),
+        ev("insert", 2, "shop.items", {"sku": "B"}, ITEMS),
+    )
+    # ADD COLUMN with DEFAULT: existing rows read the default, as at the source.
+    ddl("shop.orders", "ALTER TABLE `orders` ADD COLUMN `note` VARCHAR(32) DEFAULT 'none'", "ALTER")
+    rows(
+        ev(
+            "insert", 3, "shop.orders", {"status": "new", "amount": "3.00", "note": "hi"}, orders_v2
+        ),
+        ev("update", 1, "shop.users", {"name": "Ada", "age": "37"}, USERS),
+    )
+    ddl("shop.orders", "ALTER TABLE orders MODIFY COLUMN amount DECIMAL(12,2)", "ALTER")
+    rows(ev("update", 1, "shop.orders", {"status": "paid", "amount": "1234567890.12",
+                                         "note": "none"}, orders_v3))  # fmt: skip
+    ddl("shop.users", "ALTER TABLE users RENAME COLUMN name TO full_name", "ALTER")
+    rows(ev("insert", 3, "shop.users", {"full_name": "Grace", "age": "45"}, users_v2))
+    ddl("shop.users", "ALTER TABLE users DROP COLUMN age", "ALTER")
+    rows(ev("insert", 4, "shop.users", {"full_name": "Zoë"}, users_v3))
+    ddl(
+        "shop.coupons",
+        "CREATE TABLE `shop`.`coupons` (`id` BIGINT NOT NULL, code VARCHAR(16), PRIMARY KEY (id))",
+        "CREATE",
+    )
+    ddl("shop.items", "TRUNCATE TABLE `shop`.`items`", "TRUNCATE")
+    rows(ev("insert", 3, "shop.items", {"sku": "C"}, ITEMS))
+    ddl("shop.customers", "RENAME TABLE `shop`.`users` TO `shop`.`customers`", "RENAME")
+    rows(
+        ev("update", 3, "shop.customers", {"full_name": "Grace H."}, users_v3),
+        ev("insert", 5, "shop.customers", {"full_name": "Søren"}, users_v3),
+        ev("insert", 1, "shop.coupons", {"code": "WELCOME"}, coupons),
+    )
+    ddl("shop.tmp", "CREATE TABLE shop.tmp (id BIGINT PRIMARY KEY, v TEXT)", "CREATE")
+    rows(ev("insert", 1, "shop.tmp", {"v": "x"}, {"id": "bigint", "v": "text"}))
+    ddl("shop.tmp", "DROP TABLE `shop`.`tmp`", "ERASE")
+    ddl("shop.orders", "ALTER TABLE orders ADD COLUMN flag INT NULL", "ALTER")
+    ddl("shop.orders", "CREATE INDEX idx_status ON orders (status)", "CINDEX")
+    rows(ev("update", 2, "shop.orders", {"status": "packed", "amount": "20.00", "note": "none",
+                                         "flag": "1"}, orders_v4))  # fmt: skip
+    stats = lake.ingest()
+    assert {} == stats.refused
+
+    expected_orders = {
+        "1": ("paid", Decimal("1234567890.12"), "none", None),
+        "2": ("packed", Decimal("20.00"), "none", 1),
+        "3": ("new", Decimal("3.00"), "hi", None),
+    }
+    assert expected_orders == _rows(lake, "shop.orders", "status", "amount", "note", "flag")
+    expected_schema = {
+        "id": "int64",
+        "status": "string",
+        "amount": "decimal128(12, 2)",
+        "note": "string",
+        "flag": "int32",
+    }
+    assert expected_schema == _schema(lake, "shop.orders")
+    expected_customers = {"1": ("Ada",), "2": ("Linus",), "3": ("Grace H.",), "4": ("Zoë",),
+                          "5": ("Søren",)}  # fmt: skip
+    assert expected_customers == _rows(lake, "shop.customers", "full_name")
+    assert {"id": "int64", "full_name": "string"} == _schema(lake, "shop.customers")
+    assert {"3": ("C",)} == _rows(lake, "shop.items", "sku")
+    assert {"1": ("WELCOME",)} == _rows(lake, "shop.coupons", "code")
+    for gone in ("shop.users", "shop.tmp"):
+        assert not Path(lake.path(gone)).exists(), gone
+    for table in ("shop.orders", "shop.customers", "shop.items", "shop.coupons"):
+        assert lake.rows(table) == lake.spark_rows(table), table
+
+    # The catalog follows: new names and columns are queryable, old ones are gone.
+    got = lake.spark.sql("SELECT full_name FROM shop.customers WHERE id = 3").collect()
+    assert [("Grace H.",)] == [tuple(r) for r in got]
+    got = lake.spark.sql("SELECT note, flag FROM shop.orders WHERE id = 2").collect()
+    assert [("none", 1)] == [tuple(r) for r in got]
+    assert not lake.spark.catalog.tableExists("shop.users")
+    assert not lake.spark.catalog.tableExists("shop.tmp")
+
+    checkpoint = lake.checkpoint("shop.orders")
+    assert checkpoint is not None
+    assert 4 == checkpoint.schema_version  # note, amount, flag, index
+
+    # Replay everything: every event is a duplicate by the checkpoints and tombstones.
+    commits_before = len(lake.commits())
+    (Path(lake.config.lake_root) / "_tidelake" / "cursor.json").unlink()
+    again = lake.ingest()
+    assert (0, {}) == (again.commits, again.refused)
+    assert commits_before == len(lake.commits())
+    assert expected_orders == _rows(lake, "shop.orders", "status", "amount", "note", "flag")
+    assert not Path(lake.path("shop.users")).exists()
+
+
+_ORDERS = {"id": "bigint", "status": "varchar(16)", "amount": "decimal(10,2)"}
+
+
+def test_a_ddl_the_lake_cannot_apply_pauses_only_its_table_until_skip_ddl(lake: Lake) -> None:
+    """A narrowing MODIFY pauses its table with the reason (paused.json, ddl_blocked.json)
+    while another table goes on; ``skip-ddl`` records the DDL unapplied and the table
+    catches up with the rows staged meanwhile."""
+    lake.stage(
+        [
+            event("insert", 1, 10, 1, values={"status": "new", "amount": "1.00"}),
+            event("insert", 1, 11, 2, table="shop.items", values={"sku": "A"}, types=ITEMS),
+        ]
+    )
+    narrowing = "ALTER TABLE orders MODIFY COLUMN amount DECIMAL(4,1)"
+    lake.stage([ddl_event("shop.orders", narrowing, "ALTER", 12, 3)])
+    lake.stage(
+        [
+            event("update", 1, 13, 4, values={"status": "paid", "amount": "2.00"}),
+            event("insert", 2, 14, 5, table="shop.items", values={"sku": "B"}, types=ITEMS),
+        ]
+    )
+    ingestor = lake.ingestor()
+    stats = ingestor.run_once()
+    assert ["shop.orders"] == list(stats.refused)
+    assert "not a safe widening" in stats.refused["shop.orders"]
+    assert "skip-ddl shop.orders" in stats.refused["shop.orders"]
+    state = Path(lake.config.lake_root) / "_tidelake"
+    paused = orjson.loads((state / "paused.json").read_bytes())
+    assert ["shop.orders"] == list(paused)
+    blocked = read_blocked(state)
+    assert 3 == blocked["shop.orders"]["seq"]
+    assert {"1": ("new",)} == lake.state()  # the row before the DDL landed, not after
+    assert {"1": ("A",), "2": ("B",)} == _rows(lake, "shop.items", "sku")  # went on
+
+    control.request(state, "shop.orders", "skip_ddl", seq=blocked["shop.orders"]["seq"])
+    ingestor.run_once()
+    assert {"1": ("paid",)} == lake.state()
+    assert "decimal128(10, 2)" == _schema(lake, "shop.orders")["amount"]
+    assert {} == read_blocked(state)
+    assert {} == orjson.loads((state / "paused.json").read_bytes())
+    skipped = [c for c in lake.commits() if c.get("ddl_action") == "skipped"]
+    assert [3] == [c["seq"] for c in skipped]
+
+
+def test_kill_9_right_after_a_ddl_commit_then_restart_applies_it_once(
+    lake: Lake, tmp_path: Path
+) -> None:
+    """The ingest subprocess is SIGKILLed right after a DDL's commit (before the cursor hint
+    and the next batch); the restart neither re-applies the DDL nor loses the batch after
+    it, which lands under the new schema."""
+    lake.stage([event("insert", i, 10 + i, i, values={"status": "new"}) for i in (1, 2)])
+    lake.stage(
+        [
+            ddl_event(
+                "shop.orders", "ALTER TABLE orders RENAME COLUMN status TO state", "ALTER", 20, 3
+            )
+        ]
+    )
+    renamed = {"id": "bigint", "state": "varchar(16)", "amount": "decimal(10,2)"}
+    lake.stage([event("update", 1, 21, 4, values={"state": "paid"}, types=renamed)])
+
+    log = tmp_path / "ingest.log"
+    env = {**os.environ, **lake.env, "TEST_TIDELAKE_INGEST_CRASH_AT": "after_ddl_commit"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
+        env=env,
+        cwd=REPO,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        timeout=300,
+        check=False,
+    )
+    assert -signal.SIGKILL == proc.returncode, log.read_text()[-3000:]
+    checkpoint = lake.checkpoint()
+    assert checkpoint is not None
+    assert (3, 1) == (checkpoint.seq, checkpoint.schema_version)  # the DDL is committed
+    assert not any(c.get("ddl") for c in lake.commits())  # ... and nothing after it ran
+
+    stats = lake.ingest()  # the restart
+    assert 1 == stats.commits
+    expected = {"1": ("paid",), "2": ("new",)}
+    assert expected == lake.state("shop.orders", "state")
+    checkpoint = lake.checkpoint()
+    assert checkpoint is not None
+    assert (4, 1) == (checkpoint.seq, checkpoint.schema_version)
+    assert lake.rows() == lake.spark_rows()
