@@ -87,8 +87,10 @@ async def _log_reconnected() -> None:
     log.info("nats reconnected")
 
 
-async def connect(cfg: BusConfig, url: str | None = None) -> Client:
-    """Connect to ``url`` (default ``cfg.url``); reconnects forever once connected.
+async def connect(cfg: BusConfig, url: str | None = None, *, reconnect: bool = True) -> Client:
+    """Connect to ``url`` (default ``cfg.url``); reconnects forever once connected, unless
+    ``reconnect`` is false (the connection then closes on the first error: the ordered
+    publisher re-opens its own, capture/publisher.py).
 
     The first connection must succeed within ``3 * connect_timeout_s`` or :class:`BusError`
     is raised (a retry may help: the error is transient).
@@ -97,6 +99,7 @@ async def connect(cfg: BusConfig, url: str | None = None) -> Client:
     if not target:
         raise BusError("no NATS url: set bus.url (TIDELAKE_BUS__URL) or start the embedded server")
     opts = connect_options(cfg, target)
+    opts["allow_reconnect"] = reconnect
     nc = Client()
 
     async def log_disconnected() -> None:

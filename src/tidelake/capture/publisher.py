@@ -2,20 +2,48 @@
 
 Every message carries a ``Nats-Msg-Id`` derived from its source position, so a message
 republished inside the stream's duplicate window is dropped by JetStream (DESIGN.md §3
-rule 2). Messages go out asynchronously but in call order (one connection writes them in
-order, so stream order = call order), and :meth:`Publisher.durable` reports how far the
-PubAcks have come: a capture saves its source position only up to there.
+rule 2). Messages go out asynchronously but in call order, and :meth:`Publisher.durable`
+reports how far the PubAcks have come: a capture saves its source position only up to there.
+
+**Stream order = call order, across server restarts.** The ingest's per-table position
+watermark (DESIGN.md §3 rule 2) drops a row event whose position is at or below one it has
+already committed, so a message stored *after* a later one of the same table would be lost.
+When nats-server dies, the messages written to the dead socket are lost, while nats-py keeps
+the ones still in its unsent buffer and sends them first thing on the new connection: the
+stream would then hold a later message before an earlier one. :meth:`Publisher.open` avoids
+that by owning a connection that never reconnects on its own: on any failure it closes it
+(its unsent buffer dies with it), connects again and republishes every in-flight message in
+call order, one PubAck at a time, before it pipelines again. What the server had stored is
+acknowledged again as a duplicate (same ``Nats-Msg-Id``); what it had not is stored now, in
+order. A :class:`Publisher` built on a caller's connection (``Publisher(js)``) republishes in
+order too, but cannot stop that connection's own reconnect from sending its buffer first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from tidelake.errors import BusError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from tidelake.config import BusConfig
+
+log = structlog.get_logger(__name__)
+
+#: Longest pause between two attempts while the server is unreachable.
+MAX_RETRY_PAUSE_S = 1.0
+#: How often a wait for a PubAck checks whether its connection died.
+_ACK_POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +55,22 @@ class Acked:
     duplicate: bool
 
 
+@dataclass(slots=True)
+class _InFlight:
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    tag: Any
+    #: The PubAck of the last send; None when not sent on the current connection.
+    future: asyncio.Future[Any] | None = field(default=None)
+
+
 class Publisher:
-    """Publishes in order; ``on_acked`` is called for each message, in order, once stored."""
+    """Publishes in order; ``on_acked`` is called for each message, in order, once stored.
+
+    ``give_up_s``: how long the publisher keeps retrying while JetStream is unreachable before
+    it raises :class:`BusError` (the caller's saved position is still safe then).
+    """
 
     def __init__(
         self,
@@ -37,22 +79,69 @@ class Publisher:
         on_acked: Callable[[Acked], None] | None = None,
         max_in_flight: int = 2_000,
         timeout_s: float = 10.0,
+        give_up_s: float = 300.0,
+        reconnect: Callable[[], Awaitable[Client]] | None = None,
     ) -> None:
         self._js = js
         self._on_acked = on_acked
         self._max_in_flight = max_in_flight
         self._timeout_s = timeout_s
-        self._in_flight: deque[tuple[asyncio.Future[Any], str, bytes, dict[str, str], Any]] = (
-            deque()
-        )
+        self._give_up_s = give_up_s
+        self._reconnect = reconnect
+        self._nc: Client | None = None
+        self._in_flight: deque[_InFlight] = deque()
+        #: Set after a failure: nothing is pipelined until every in-flight message is stored.
+        self._broken = False
         self.published = 0
         self.duplicates = 0
+        #: Messages sent again after a failure, and connections opened again.
+        self.republished = 0
+        self.reconnects = 0
+
+    @classmethod
+    async def open(cls, bus: BusConfig, url: str | None = None, **kwargs: Any) -> Publisher:
+        """A publisher on its own connection, which it re-opens itself after any failure
+        (see the module docstring: this is what keeps stream order = call order)."""
+        from tidelake.bus.connection import connect
+
+        async def reconnect() -> Client:
+            return await connect(bus, url, reconnect=False)
+
+        nc = await reconnect()
+        pub = cls(nc.jetstream(), reconnect=reconnect, **kwargs)
+        pub._nc = nc
+        return pub
+
+    async def close(self) -> None:
+        """Close the publisher's own connection (after :meth:`durable`, nothing is lost)."""
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+            self._nc = None
+
+    async def __aenter__(self) -> Publisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- publishing -------------------------------------------------------------------------
 
     async def publish(self, subject: str, payload: bytes, msg_id: str, tag: Any = None) -> None:
-        """Queue one message; waits only when too many are in flight."""
-        headers = {"Nats-Msg-Id": msg_id}
-        fut = await self._js.publish_async(subject, payload, headers=headers)
-        self._in_flight.append((fut, subject, payload, headers, tag))
+        """Queue one message; waits only when too many are in flight (or after a failure,
+        until every earlier message is stored)."""
+        entry = _InFlight(subject, payload, {"Nats-Msg-Id": msg_id}, tag)
+        self._in_flight.append(entry)
+        if self._broken or self._connection_lost():
+            await self._recover()
+        else:
+            try:
+                entry.future = await self._js.publish_async(
+                    subject, payload, headers=dict(entry.headers)
+                )
+            except Exception as exc:  # closed connection, stalled client: recover in order
+                log.warning("publish failed; republishing in order", error=repr(exc))
+                await self._recover()
         if len(self._in_flight) >= self._max_in_flight:
             await self._drain(len(self._in_flight) // 2)
 
@@ -60,32 +149,105 @@ class Publisher:
         """Return once every message published so far is stored by JetStream."""
         await self._drain(len(self._in_flight))
 
+    # -- internals --------------------------------------------------------------------------
+
+    def _connection_lost(self) -> bool:
+        return self._nc is not None and not self._nc.is_connected
+
+    def _report(self, entry: _InFlight, ack: Any) -> None:
+        self.published += 1
+        dup = bool(getattr(ack, "duplicate", False))
+        self.duplicates += dup
+        if self._on_acked is not None:
+            self._on_acked(Acked(tag=entry.tag, seq=int(ack.seq), duplicate=dup))
+
     async def _drain(self, count: int) -> None:
         for _ in range(count):
-            fut, subject, payload, headers, tag = self._in_flight[0]
-            try:
-                ack = await asyncio.wait_for(fut, self._timeout_s)
-            except Exception:
-                # Lost PubAck (timeout, reconnect): publish again with the same Nats-Msg-Id;
-                # JetStream drops it if the first one was stored. One connection loses only
-                # a suffix of what it sent, so every later in-flight message fails too and
-                # is republished after this one: stream order stays call order.
-                ack = await self._republish(subject, payload, headers)
+            if not self._in_flight:
+                return
+            entry = self._in_flight[0]
+            ack = await self._wait_ack(entry)
+            if ack is None:
+                # Lost PubAck (timeout, dead connection): everything in flight is resolved
+                # in call order by _recover, this one first.
+                await self._recover()
+                return
             self._in_flight.popleft()
-            self.published += 1
-            dup = bool(getattr(ack, "duplicate", False))
-            self.duplicates += dup
-            if self._on_acked is not None:
-                self._on_acked(Acked(tag=tag, seq=int(ack.seq), duplicate=dup))
+            self._report(entry, ack)
 
-    async def _republish(self, subject: str, payload: bytes, headers: dict[str, str]) -> Any:
-        last: Exception | None = None
-        for attempt in range(10):
-            try:
-                return await self._js.publish(
-                    subject, payload, headers=headers, timeout=self._timeout_s
-                )
-            except Exception as exc:
-                last = exc
-                await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
-        raise BusError(f"cannot publish to {subject}: {last}") from last
+    async def _wait_ack(self, entry: _InFlight) -> Any | None:
+        """The PubAck of ``entry``'s send, or None when it failed or cannot come any more."""
+        fut = entry.future
+        if fut is None:
+            return None
+        deadline = time.monotonic() + self._timeout_s
+        while not fut.done():
+            if self._connection_lost() or time.monotonic() > deadline:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), _ACK_POLL_S)
+        if fut.cancelled() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    async def _recover(self) -> None:
+        """Store every in-flight message, in call order, one PubAck at a time."""
+        self._broken = True
+        # Our own connection may still hold unsent messages that follow the failed one:
+        # close it first, so only this loop sends anything until the backlog is stored.
+        await self._drop_connection()
+        failing_since: float | None = None
+        pause = 0.1
+        while self._in_flight:
+            entry = self._in_flight[0]
+            fut = entry.future
+            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+                ack = fut.result()  # stored before the trouble started
+            else:
+                if fut is not None and not fut.done():
+                    fut.cancel()
+                entry.future = None
+                try:
+                    await self._ensure_connection()
+                    ack = await self._js.publish(
+                        entry.subject,
+                        entry.payload,
+                        headers=dict(entry.headers),
+                        timeout=self._timeout_s,
+                    )
+                except Exception as exc:
+                    now = time.monotonic()
+                    failing_since = failing_since or now
+                    if now - failing_since > self._give_up_s:
+                        raise BusError(
+                            f"cannot publish to {entry.subject} for {self._give_up_s:.0f} s: {exc}"
+                        ) from exc
+                    await self._drop_connection()
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, MAX_RETRY_PAUSE_S)
+                    continue
+                self.republished += 1
+                failing_since, pause = None, 0.1
+            self._in_flight.popleft()
+            self._report(entry, ack)
+        self._broken = False
+
+    async def _ensure_connection(self) -> None:
+        """A connected client: the current one, or (own connection) a new one."""
+        if self._reconnect is None:
+            return  # the caller's connection reconnects by itself
+        if self._nc is not None and self._nc.is_connected:
+            return
+        await self._drop_connection()
+        self._nc = await self._reconnect()
+        self._js = self._nc.jetstream()
+        self.reconnects += 1
+        log.info("publisher reconnected; republishing in order", in_flight=len(self._in_flight))
+
+    async def _drop_connection(self) -> None:
+        """Close our own connection so nothing it still buffers can be sent later."""
+        if self._reconnect is None or self._nc is None:
+            return
+        nc, self._nc = self._nc, None
+        with contextlib.suppress(Exception):
+            await nc.close()
