@@ -1,0 +1,94 @@
+"""The table control file: requests written by the API/CLI, applied once by the ingest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tidelake.api.control import TableControl, read_requests, request
+
+
+@dataclass
+class _Checkpoint:
+    seq: int
+
+
+@dataclass
+class _Writer:
+    seqs: dict[str, int]
+
+    def checkpoint(self, table_id: str) -> _Checkpoint | None:
+        return _Checkpoint(self.seqs[table_id]) if table_id in self.seqs else None
+
+
+@dataclass
+class _Ingest:
+    """The attributes of ``lake.ingest.Ingestor`` that the control touches."""
+
+    writer: Any
+    cursor: int = 100
+    paused: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    written: list[dict[str, str]] = field(default_factory=list)
+
+    def _write_paused(self) -> None:
+        self.written.append(dict(self.paused))
+
+
+def test_requests_keep_the_last_action_per_table(tmp_path: Path) -> None:
+    """A later request replaces the table's entry; each gets a growing timestamp."""
+    first = request(tmp_path, "shop.orders", "pause", "backfill")
+    second = request(tmp_path, "shop.orders", "resume")
+    request(tmp_path, "shop.items", "pause")
+    reqs = read_requests(tmp_path)
+    assert {t: r.action for t, r in reqs.items()} == {
+        "shop.orders": "resume",
+        "shop.items": "pause",
+    }
+    assert second.at_ms > first.at_ms
+    assert orjson.loads((tmp_path / "control.json").read_bytes())["tables"]["shop.items"]
+
+
+def test_a_table_name_needs_its_database(tmp_path: Path) -> None:
+    """``orders`` alone is refused: tables are named <database>.<table>."""
+    with pytest.raises(ValueError, match="database"):
+        request(tmp_path, "orders", "pause")
+
+
+def test_pause_then_resume_applied_once_and_the_cursor_goes_back(tmp_path: Path) -> None:
+    """A pause joins the paused tables (written to paused.json); applying again changes
+    nothing; a resume frees the table, resets its failures and moves the cursor back to its
+    checkpoint so the events skipped while paused are read again."""
+    ingest = _Ingest(writer=_Writer({"shop.orders": 40}))
+    control = TableControl(tmp_path)
+    assert control.apply(ingest) == []
+    request(tmp_path, "shop.orders", "pause", "backfill")
+    assert [r.action for r in control.apply(ingest)] == ["pause"]
+    assert ingest.paused == {"shop.orders": "paused by operator: backfill"}
+    assert control.apply(ingest) == []
+    ingest.failures["shop.orders"] = 2
+    request(tmp_path, "shop.orders", "resume")
+    assert [r.action for r in control.apply(ingest)] == ["resume"]
+    assert (ingest.paused, ingest.failures, ingest.cursor) == ({}, {}, 40)
+    assert ingest.written == [{"shop.orders": "paused by operator: backfill"}, {}]
+
+
+def test_resume_frees_a_table_the_ingest_paused_itself(tmp_path: Path) -> None:
+    """A table paused after failures resumes too; one never committed restarts from 0."""
+    ingest = _Ingest(writer=_Writer({}), paused={"shop.bad": "no primary key"})
+    request(tmp_path, "shop.bad", "resume")
+    TableControl(tmp_path).apply(ingest)
+    assert (ingest.paused, ingest.cursor) == ({}, 0)
+
+
+def test_an_operator_pause_survives_a_restart_of_the_ingest(tmp_path: Path) -> None:
+    """A new ingest process (a new TableControl) applies the standing pause again."""
+    request(tmp_path, "shop.orders", "pause")
+    for _ in range(2):
+        ingest = _Ingest(writer=_Writer({}))
+        TableControl(tmp_path).apply(ingest)
+        assert list(ingest.paused) == ["shop.orders"]

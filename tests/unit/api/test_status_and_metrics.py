@@ -1,0 +1,105 @@
+"""Table and pipeline states, and the metric names against docs/metrics.md."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tidelake.api.metrics import render
+from tidelake.api.monitor import Snapshot, pipeline_state, status_json, table_states
+from tidelake.api.records import LakeRecord, StageRecord
+from tidelake.stage.manifest import Manifest, TableFile, write_manifest
+from tidelake.stage.storage import LocalStorage
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+NOW = int(time.time() * 1000)
+
+
+def _snapshot(tmp_path: Path, commits: list[dict[str, Any]], last_seq: dict[str, int]) -> Snapshot:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    (lake / "commits.jsonl").write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in commits))
+    (lake / "skipped.jsonl").write_bytes(orjson.dumps({"table": "a.t", "stale": 1}) + b"\n")
+    storage = LocalStorage(tmp_path / "staging")
+    write_manifest(
+        storage,
+        Manifest(
+            "b1",
+            1,
+            9,
+            NOW,
+            (TableFile("a", "t", "p", 8),),
+            received=9,
+            staged=8,
+            dead_lettered=1,
+            counts_by_reason={"not JSON": 1},
+        ),
+    )
+    stage, record = StageRecord(storage), LakeRecord(lake)
+    stage.refresh()
+    stage.totals.batch_latency.observe(0.4)
+    record.refresh()
+    beat = {"state": "idle", "updated_at_ms": NOW}
+    bus = {
+        "stream": {"name": "S", "messages": 9, "bytes": 900, "first_seq": 1, "last_seq": 9},
+        "consumer": {"pending": 0, "ack_pending": 0, "redelivered": 0, "ack_floor_seq": 9},
+        "dlq": {"name": "D", "messages": 0, "bytes": 0},
+        "last_by_table": {t: {"seq": s, "time_ms": NOW} for t, s in last_seq.items()},
+    }
+    return Snapshot(NOW, stage, record, beat, beat, bus, None, 60.0, {"a.t": 0.2})
+
+
+def _commit(table: str, seq: int, newest_ms: int) -> dict[str, Any]:
+    return {
+        "table": table,
+        "seq": seq,
+        "events": 1,
+        "upserts": 1,
+        "deletes": 0,
+        "committed_at_ms": NOW,
+        "max_commit_ts_ms": newest_ms,
+        "duration_ms": 100,
+    }
+
+
+def test_table_states_fresh_catching_up_stale_and_pipeline_state(tmp_path: Path) -> None:
+    """Covered → fresh; behind but recent → catching_up; behind and old → stale, which
+    makes the pipeline stale."""
+    snap = _snapshot(
+        tmp_path,
+        [
+            _commit("a.t", 9, NOW - 1000),
+            _commit("a.u", 3, NOW - 5000),
+            _commit("a.v", 2, NOW - 600_000),
+        ],
+        {"a.t": 9, "a.u": 7, "a.v": 8},
+    )
+    rows = {r["table"]: r for r in table_states(snap)}
+    assert {t: r["state"] for t, r in rows.items()} == {
+        "a.t": "fresh",
+        "a.u": "catching_up",
+        "a.v": "stale",
+    }
+    assert 0.9 < rows["a.t"]["freshness_s"] < 5
+    state, problems = pipeline_state(snap, list(rows.values()))
+    assert state == "stale"
+    assert "a.v is stale" in problems
+    assert status_json(snap)["stage"]["received"] == 9
+
+
+def test_every_rendered_metric_is_documented_and_every_documented_one_rendered(
+    tmp_path: Path,
+) -> None:
+    """The names in /metrics of a snapshot with every source present equal the names in
+    docs/metrics.md."""
+    snap = _snapshot(tmp_path, [_commit("a.t", 9, NOW - 1000)], {"a.t": 9})
+    text = render(snap).decode()
+    rendered = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    documented = set(re.findall(r"^\| `(tidelake_[a-z_]+)`", DOC.read_text(), re.M))
+    assert rendered == documented
+    assert 'tidelake_table_freshness_seconds{table="a.t"}' in text
+    assert 'tidelake_pipeline_state{state="healthy"} 1.0' in text
