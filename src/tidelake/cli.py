@@ -71,6 +71,12 @@ def demo(
         str | None,
         typer.Option(help="mariadb or postgres: capture from a private database server"),
     ] = None,
+    with_ddl: Annotated[
+        bool,
+        typer.Option(
+            "--with-ddl", help="schema changes mid-stream (add, drop, rename, widen, create, drop)"
+        ),
+    ] = False,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -79,7 +85,14 @@ def demo(
         err_console.print("[bold red]--object-store takes minio[/]")
         raise typer.Exit(2)
     out = err_console if json else console
-    options = DemoOptions(events=events, rate=rate, seed=seed, home=home, object_store=object_store)
+    options = DemoOptions(
+        events=events,
+        rate=rate,
+        seed=seed,
+        home=home,
+        object_store=object_store,
+        with_ddl=with_ddl,
+    )
     if source is not None:
         from tidelake.pipeline.demo_source import run_source_demo
 

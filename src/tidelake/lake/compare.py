@@ -48,11 +48,15 @@ class Comparison:
     unexpected: int = 0
     different: int = 0
     duplicate_keys: int = 0
+    #: Columns whose presence or type differs from the expected schema (compare_schema).
+    schema: list[str] = field(default_factory=list)
     samples: list[str] = field(default_factory=list)
 
     @property
     def mismatches(self) -> int:
-        return self.missing + self.unexpected + self.different + self.duplicate_keys
+        return (
+            self.missing + self.unexpected + self.different + self.duplicate_keys + len(self.schema)
+        )
 
     def _note(self, text: str) -> None:
         if len(self.samples) < MAX_SAMPLES:
@@ -97,3 +101,28 @@ def compare_rows(
     for key in missing[:MAX_SAMPLES]:
         result._note(f"missing key {key}")
     return result
+
+
+def compare_schema(expected: Mapping[str, str], actual: Any) -> list[str]:
+    """Differences between the source columns (name → source SQL type) and a lake table's
+    Arrow schema (``pyarrow.Schema`` as hudi-rs reads it; lineage ``_tl_*`` and ``_hoodie_*``
+    columns ignored). Types are compared through the documented mapping (``lake/schema.py``);
+    timestamps by kind (the unit and zone are the reader's)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from tidelake.lake.schema import spark_type
+
+    have = {f.name: f.type for f in actual if not f.name.startswith(("_tl_", "_hoodie_"))}
+    out: list[str] = []
+    for name, source_type in expected.items():
+        if name not in have:
+            out.append(f"column {name} ({source_type}) missing")
+            continue
+        want = to_arrow_type(spark_type(source_type))
+        got = have[name]
+        same = (pa.types.is_timestamp(want) and pa.types.is_timestamp(got)) or want == got
+        if not same:
+            out.append(f"column {name}: expected {want} ({source_type}), lake has {got}")
+    out.extend(f"unexpected column {name}" for name in have if name not in expected)
+    return out

@@ -31,10 +31,11 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, load_config
-from tidelake.lake.compare import Comparison, compare_rows
+from tidelake.lake.compare import Comparison, compare_rows, compare_schema
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
-from tidelake.workload.orders import DATABASE, PRIMARY_KEYS, SCHEMAS, OrderWorkload, WorkloadSpec
+from tidelake.workload.ddl import DdlWorkload
+from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
 
 #: Marks a directory the demo created, so a rerun may wipe it and nothing else.
 _MARKER = ".tidelake-demo"
@@ -51,6 +52,8 @@ class DemoOptions:
     catch_up_timeout_s: float = 600.0
     #: ``"minio"``: staging and lake in a private MinIO (pipeline/object_store.py).
     object_store: str | None = None
+    #: Schema changes mid-stream (workload/ddl.py); the lake's schemas are verified too.
+    with_ddl: bool = False
 
 
 @dataclass
@@ -233,15 +236,25 @@ def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Con
 
 
 def _verify(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
+    """Every table row by row and column by column; tables the DDL dropped must be gone."""
     from tidelake.lake.verify import read_table  # hudi-rs: JVM-free
 
     results = []
     for table, rows in workload.expected_rows().items():
         name = table.split(".", 1)[1]
-        lake_rows = read_table(cfg.lake_root, table, cfg.storage.s3).to_pylist()
-        results.append(
-            compare_rows(table, PRIMARY_KEYS[name], rows, lake_rows, list(SCHEMAS[name]))
+        data = read_table(cfg.lake_root, table, cfg.storage.s3)
+        schema = workload.schemas[name]
+        comparison = compare_rows(
+            table, workload.primary_keys[name], rows, data.to_pylist(), list(schema)
         )
+        comparison.schema = compare_schema(schema, data.schema)
+        results.append(comparison)
+    for table in getattr(workload, "dropped_tables", []):
+        data = read_table(cfg.lake_root, table, cfg.storage.s3)
+        gone = Comparison(table, rows_in_lake=data.num_rows, unexpected=data.num_rows)
+        if data.column_names:
+            gone.schema = [f"dropped at the source, still in the lake: {data.column_names}"]
+        results.append(gone)
     return results
 
 
@@ -278,7 +291,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         for child in children:
             child.start()
         _wait_for_ingest(cfg.lake_state_dir, children, console)
-        workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
+        spec = WorkloadSpec(events=opts.events, seed=opts.seed)
+        workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
         columns = [
             TextColumn("{task.description:<24}"),
             BarColumn(),
@@ -314,7 +328,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 "rows_expected": c.rows_expected,
                 "rows_in_lake": c.rows_in_lake,
                 "mismatches": c.mismatches,
-                "samples": c.samples,
+                "samples": c.samples + c.schema,
             }
             for c in comparisons
         }

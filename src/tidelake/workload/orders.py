@@ -91,6 +91,9 @@ class OrderWorkload:
     state: dict[str, dict[Key, Row]] = field(default_factory=lambda: {t: {} for t in SCHEMAS})
 
     def __post_init__(self) -> None:
+        #: Column types and keys per table: the DDL workload (workload/ddl.py) changes them.
+        self.schemas: dict[str, dict[str, str]] = {t: dict(c) for t, c in SCHEMAS.items()}
+        self.primary_keys: dict[str, tuple[str, ...]] = dict(PRIMARY_KEYS)
         self._rng = random.Random(self.spec.seed)
         self._next_order = 1
         self._next_customer = 1
@@ -118,19 +121,19 @@ class OrderWorkload:
     def _message(
         self, table: str, kind: str, row: Row, commit_ts: int, old: Row | None = None
     ) -> Message:
-        types = SCHEMAS[table]
+        types = self.schemas[table]
         physical = commit_ts >> 18
         body: dict[str, Any] = {
             "id": 0,
             "database": DATABASE,
             "table": table,
-            "pkNames": list(PRIMARY_KEYS[table]),
+            "pkNames": list(self.primary_keys[table]),
             "isDdl": False,
             "type": kind,
             "es": physical,
             "ts": int(time.time() * 1000),
             "sql": "",
-            "sqlType": {c: _SQL_TYPE_CODES[t.split("(")[0]] for c, t in types.items()},
+            "sqlType": {c: _SQL_TYPE_CODES.get(t.split("(")[0], 12) for c, t in types.items()},
             "mysqlType": types,
             "old": [old] if old is not None else None,
             "data": [row],
@@ -152,7 +155,7 @@ class OrderWorkload:
         )
 
     def _key(self, table: str, row: Row) -> Key:
-        return tuple(str(row[c]) for c in PRIMARY_KEYS[table])
+        return tuple(str(row[c]) for c in self.primary_keys[table])
 
     def _insert(self, table: str, row: Row, ts: int) -> Message:
         key = self._key(table, row)
