@@ -199,7 +199,7 @@ def test_dashboard_of_a_running_pipeline_follows_a_tables_freshness(
         seqs = pipeline.publish_rows("shop.live", range(1, 4))
         page.goto(f"{pipeline.url}/?interval=500")
         cell = page.get_by_test_id("freshness-shop.live")
-        expect(page.get_by_test_id("state-shop.live")).to_have_text("fresh", timeout=120_000)
+        expect(page.get_by_test_id("state-shop.live")).to_have_text("fresh", timeout=300_000)
 
         def shown() -> float:
             return float(cell.get_attribute("data-value") or "nan")
@@ -209,7 +209,7 @@ def test_dashboard_of_a_running_pipeline_follows_a_tables_freshness(
         later = pipeline.publish_rows("shop.live", range(4, 7))
         wait_for(
             lambda: (t := pipeline.table("shop.live")) and t["checkpoint_seq"] >= later[-1],
-            120,
+            300,
             "the new rows to land",
         )
         fresher = wait_for(lambda: (v := shown()) < aged and v, 15, "freshness to drop")
