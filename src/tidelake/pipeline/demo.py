@@ -15,6 +15,7 @@ import shutil
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,17 +148,25 @@ def _percentile(values: list[float], q: int) -> float | None:
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
 
 
-async def _publish(
-    cfg: Config, url: str, workload: OrderWorkload, opts: DemoOptions, progress: Progress
+async def publish_workload(
+    cfg: Config,
+    url: str,
+    workload: OrderWorkload,
+    rate: float,
+    on_sent: Callable[[int], None] | None = None,
 ) -> tuple[_Published, float]:
+    """Publish every transaction of ``workload`` at ``rate`` events/s, in order, and wait for
+    the last PubAck; returns what was stored and the rate achieved. Survives nats-server
+    restarts (the publisher re-opens its connection and republishes in order)."""
     nc = await connect(cfg.bus, url)
     try:
         js = nc.jetstream()
         await ensure_streams(js, cfg.bus)
         await ensure_consumer(js, cfg.bus)
-        published = _Published()
-        pub = Publisher(js, on_acked=published.record)
-        task = progress.add_task("publishing canal-json", total=opts.events)
+    finally:
+        await nc.close()
+    published = _Published()
+    async with await Publisher.open(cfg.bus, url, on_acked=published.record) as pub:
         start = time.monotonic()
         sent = 0
         for txn in workload.transactions():
@@ -166,15 +175,25 @@ async def _publish(
                     msg.subject, msg.payload, msg.msg_id, (msg.table, msg.commit_ts_ms)
                 )
             sent += len(txn)
-            progress.update(task, completed=min(sent, opts.events))
-            ahead = start + sent / opts.rate - time.monotonic()
+            if on_sent is not None:
+                on_sent(sent)
+            ahead = start + sent / rate - time.monotonic()
             if ahead > 0:
                 await asyncio.sleep(ahead)
         await pub.durable()
         elapsed = time.monotonic() - start
-        return published, sent / elapsed if elapsed > 0 else 0.0
-    finally:
-        await nc.close()
+    return published, sent / elapsed if elapsed > 0 else 0.0
+
+
+async def _publish(
+    cfg: Config, url: str, workload: OrderWorkload, opts: DemoOptions, progress: Progress
+) -> tuple[_Published, float]:
+    task = progress.add_task("publishing canal-json", total=opts.events)
+
+    def advance(sent: int) -> None:
+        progress.update(task, completed=min(sent, opts.events))
+
+    return await publish_workload(cfg, url, workload, opts.rate, advance)
 
 
 async def _dlq_depth(cfg: Config, url: str) -> int:
