@@ -36,7 +36,10 @@ ConfigOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
 
 dlq_app = typer.Typer(help="List, show, replay or discard dead letters.", no_args_is_help=True)
-table_app = typer.Typer(help="Pause or resume the ingest of a table.", no_args_is_help=True)
+table_app = typer.Typer(
+    help="Pause or resume the ingest of a table, or skip the DDL it is paused on.",
+    no_args_is_help=True,
+)
 
 
 def _load(path: Path | None, log_level: int = logging.ERROR) -> Config:
@@ -460,6 +463,36 @@ def table_resume(
         err_console.print(f"[bold red]{exc}[/]")
         raise typer.Exit(2) from exc
     console.print(f"resume of {table} requested at {_when(req.at_ms)} UTC")
+
+
+@table_app.command("skip-ddl")
+def table_skip_ddl(
+    table: Annotated[str, typer.Argument(help="<db>.<table>")],
+    config: ConfigOption = None,
+) -> None:
+    """Go on past the DDL a table is paused on, without applying it (docs/type-mapping.md)."""
+    from tidelake.api import control
+    from tidelake.api.monitor import lake_state_dir
+    from tidelake.lake.evolve import read_blocked
+
+    cfg = _load(config)
+    state = lake_state_dir(cfg)
+    blocked = read_blocked(state).get(table)
+    if blocked is None:
+        err_console.print(
+            f"[bold red]{table} is not paused on a DDL[/] (nothing for it in ddl_blocked.json); "
+            f"`tidelake table resume {table}` resumes a table paused for another reason"
+        )
+        raise typer.Exit(2)
+    try:
+        req = control.request(state, table, "skip_ddl", "skip-ddl", seq=int(blocked["seq"]))
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    console.print(
+        f"skip of the DDL at stream sequence {blocked['seq']} of {table} requested at "
+        f"{_when(req.at_ms)} UTC: {str(blocked.get('ddl') or '').strip()[:200]}"
+    )
 
 
 def register(app: typer.Typer) -> None:

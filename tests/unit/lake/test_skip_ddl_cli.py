@@ -1,0 +1,47 @@
+"""``tidelake table skip-ddl``: it names the DDL the table is paused on, or refuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from tidelake.api.control import read_requests, skipped_ddl_seq
+
+
+def _tidelake(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TIDELAKE_HOME": str(home)}
+    env.pop("TIDELAKE_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_skip_ddl_writes_a_skip_request_for_the_blocked_ddls_sequence(tmp_path: Path) -> None:
+    """With the table in ddl_blocked.json, control.json gets skip_ddl with that DDL's stream
+    sequence (which the ingest matches against the DDL before skipping it)."""
+    state = tmp_path / "lake" / "_tidelake"
+    state.mkdir(parents=True)
+    blocked = {"shop.orders": {"seq": 42, "position": "x", "ddl": "ALTER …", "reason": "r"}}
+    (state / "ddl_blocked.json").write_bytes(orjson.dumps(blocked))
+    proc = _tidelake(tmp_path, "table", "skip-ddl", "shop.orders")
+    assert 0 == proc.returncode, proc.stderr
+    assert "stream sequence 42" in proc.stdout
+    assert 42 == skipped_ddl_seq(state, "shop.orders")
+    assert "skip_ddl" == read_requests(state)["shop.orders"].action
+
+
+def test_skip_ddl_refuses_a_table_not_paused_on_a_ddl(tmp_path: Path) -> None:
+    """Nothing to skip: exit 2 with the reason, and no request is written."""
+    proc = _tidelake(tmp_path, "table", "skip-ddl", "shop.orders")
+    assert 2 == proc.returncode
+    assert "not paused on a DDL" in proc.stderr
+    assert {} == read_requests(tmp_path / "lake" / "_tidelake")
