@@ -23,7 +23,7 @@ from tidelake.errors import ConfigError
 
 ENV_PREFIX = "TIDELAKE_"
 #: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
-SECRET_FIELDS = frozenset({"password", "token", "secret_key", "access_key"})
+SECRET_FIELDS = frozenset({"password", "token", "secret_key", "access_key", "pii_key"})
 
 
 class _Model(BaseModel):
@@ -119,6 +119,24 @@ class StageConfig(_Model):
     max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="... or this many payload bytes")
     max_age_s: float = Field(1.0, gt=0, description="... or when its first message is this old")
     fetch_batch: int = Field(2_000, ge=1, description="messages asked for per pull request")
+    pii: dict[str, dict[str, Literal["hash", "mask", "null"]]] = Field(
+        {},
+        description=(
+            "per table 'db.table': column -> hash (keyed HMAC-SHA256), mask or null, applied "
+            "before anything is staged; primary-key columns cannot be masked (stage/pii.py)"
+        ),
+    )
+    pii_key: SecretStr | None = Field(
+        None, description="env TIDELAKE_STAGE__PII_KEY: the HMAC key of stage.pii 'hash'"
+    )
+
+    @model_validator(mode="after")
+    def _pii_rules(self) -> StageConfig:
+        for table in self.pii:
+            database, sep, name = table.partition(".")
+            if not sep or not database or not name:
+                raise ValueError(f"pii: {table!r} is not a 'database.table' name")
+        return self
 
 
 class SparkConfig(_Model):
@@ -219,6 +237,16 @@ class TableServicesConfig(_Model):
         return self
 
 
+class CatalogConfig(_Model):
+    """Where the lake's tables are registered (lake/catalog.py)."""
+
+    hive_metastore_uri: str | None = Field(
+        None,
+        description="thrift://host:9083: register tables in this Hive metastore; unset = "
+        "Spark's in-memory catalog, rebuilt from the lake at each session start",
+    )
+
+
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
@@ -240,6 +268,7 @@ class LakeConfig(_Model):
         description="ingest state (commits.jsonl, cursor, paused, heartbeat, logs); default "
         "<lake>/_tidelake, or <home>/state when the lake is on object storage",
     )
+    catalog: CatalogConfig = CatalogConfig()
 
 
 class IngestConfig(_Model):

@@ -54,6 +54,7 @@ from tidelake.errors import BusError, DecodeError
 from tidelake.formats import Decoded
 from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
 from tidelake.stage.manifest import Manifest
+from tidelake.stage.pii import PiiMasker
 from tidelake.stage.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class Stager:
         self.storage = storage
         self.limits = BatchLimits.from_config(stage)
         self.decode = decode or _default_decoder()
+        self.pii = PiiMasker.from_config(stage)
         self.stats = StagerStats()
         self._stop = asyncio.Event()
         self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
@@ -218,13 +220,15 @@ class Stager:
         key = msg.headers.get(KEY_HEADER) if msg.headers else None
         try:
             decoded = self.decode(msg.data, seq=seq, key_json=key.encode() if key else None)
+            # Personal data is masked before anything is written (stage/pii.py).
+            events = self.pii.apply(decoded.events) if self.pii else decoded.events
         except DecodeError as exc:
             return exc.reason
         except Exception as exc:  # a decoder bug: isolate the message, do not crash-loop
             log.exception("decoder failed unexpectedly", seq=seq, subject=msg.subject)
             return f"decoder_error: {type(exc).__name__}: {exc}"
-        if decoded.events:
-            batch.add_events(msg, seq, len(msg.data), decoded.events)
+        if events:
+            batch.add_events(msg, seq, len(msg.data), events)
         else:
             batch.add_skipped(msg, seq, len(msg.data), decoded.skipped or "empty")
         return None
