@@ -145,7 +145,9 @@ async def capture_loop(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=16)
     sink = Sink(loop, queue)
-    pub = Publisher(nc.jetstream())
+    # Its own connection, re-opened in order after a failure: stream order = call order,
+    # which the ingest's position watermark relies on (capture/publisher.py).
+    pub = await Publisher.open(cfg.bus)
     waiting = _Durable()
     sent = 0
 
@@ -204,6 +206,8 @@ async def capture_loop(
         stats.published = pub.published
         stats.duplicates = pub.duplicates
         stats.saves = store.saves
+        with contextlib.suppress(Exception):
+            await pub.close()
         with contextlib.suppress(Exception):
             await nc.close()
         source.close()

@@ -170,8 +170,18 @@ class Writer(threading.Thread):
     every statement's errors (a key taken meanwhile) roll the transaction back.
     """
 
-    def __init__(self, connect: Callable[[], Any], table: str, id_space: int, seed: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        table: str,
+        id_space: int,
+        seed: int,
+        limit: int = 1_000_000,
+        pause_s: float = 0.002,
+    ) -> None:
         super().__init__(daemon=True)
+        self.limit = limit
+        self.pause_s = pause_s
         self.connect = connect
         self.table = table
         self.rng = random.Random(seed)
@@ -185,7 +195,7 @@ class Writer(threading.Thread):
         conn = self.connect()
         try:
             cur = conn.cursor()
-            while not self.stop.is_set():
+            while not self.stop.is_set() and self.committed < self.limit:
                 r = self.rng.random()
                 target = self.rng.randint(1, self.id_space)
                 try:
@@ -212,7 +222,7 @@ class Writer(threading.Thread):
                     self.committed += 1
                 except Exception:
                     conn.rollback()
-                time.sleep(0.002)
+                time.sleep(self.pause_s)
         except BaseException as exc:
             self.error = exc
         finally:

@@ -58,8 +58,8 @@ def _caught_up(server: MariaDBServer, run: CaptureRun, timeout_s: float = 120) -
     )
 
 
-def _writer(server: MariaDBServer, database: str, seed: int) -> Writer:
-    return Writer(lambda: server.connect(autocommit=False), f"{database}.t", ROWS, seed)
+def _writer(server: MariaDBServer, database: str, seed: int, **kw: float) -> Writer:
+    return Writer(lambda: server.connect(autocommit=False), f"{database}.t", ROWS, seed, **kw)
 
 
 def test_snapshot_of_100k_rows_under_concurrent_writes_equals_source(
@@ -68,7 +68,8 @@ def test_snapshot_of_100k_rows_under_concurrent_writes_equals_source(
     """A 100,000-row table is snapshotted while a writer changes it; the stream (snapshot rows
     then binlog changes from the hand-off point) folds to exactly the final source table."""
     _setup(mariadb, "snap", ROWS)
-    writer = _writer(mariadb, "snap", seed=1)
+    # About 3,000 transactions spread over the snapshot's duration.
+    writer = _writer(mariadb, "snap", seed=1, limit=3_000, pause_s=0.01)
     writer.start()
     run = _capture(tmp_path, nats, mariadb, "snap").start()
     run.wait_until(lambda s: s["phase"] == "streaming", 180)
