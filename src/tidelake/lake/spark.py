@@ -184,6 +184,10 @@ def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
                 f"{jar_cache_dir(spark_cfg)}: run scripts/setup"
             )
     conf |= s3a_conf(config.storage.s3)
+    if config.lake.catalog.hive_metastore_uri:
+        # Tables registered there outlive the session (lake/catalog.py keeps them current).
+        conf["spark.sql.catalogImplementation"] = "hive"
+        conf["spark.hadoop.hive.metastore.uris"] = config.lake.catalog.hive_metastore_uri
     conf |= spark_cfg.conf
     if user_java_opts:
         conf["spark.driver.extraJavaOptions"] = f"{java_opts} {user_java_opts}"
