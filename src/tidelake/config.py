@@ -247,16 +247,6 @@ class CatalogConfig(_Model):
     )
 
 
-class CatalogConfig(_Model):
-    """Where the lake's tables are registered (lake/catalog.py)."""
-
-    hive_metastore_uri: str | None = Field(
-        None,
-        description="thrift://host:9083: register tables in this Hive metastore; unset = "
-        "Spark's in-memory catalog, rebuilt from the lake at each session start",
-    )
-
-
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
@@ -278,7 +268,6 @@ class LakeConfig(_Model):
         description="ingest state (commits.jsonl, cursor, paused, heartbeat, logs); default "
         "<lake>/_tidelake, or <home>/state when the lake is on object storage",
     )
-    catalog: CatalogConfig = CatalogConfig()
     catalog: CatalogConfig = CatalogConfig()
 
 
