@@ -28,6 +28,12 @@ test: export SETUP_CHROMIUM := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
+CHAOS_SEED ?= 1
+CHAOS_EVENTS ?= 30000
+.PHONY: chaos
+chaos: setup ## Long chaos run (>= 50 kill -9 over nats-server, stager, ingest); JSON result last
+	$(TL) chaos --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate 150 --min-kills 50 --min-kills-each 10 --json
+
 .PHONY: unit
 unit: setup ## Run the unit tests only (fast, no services)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -109,6 +109,53 @@ def demo(
 
 
 @app.command()
+def chaos(
+    seed: Annotated[int, typer.Option(help="seed of the workload and of the kill schedule")] = 1,
+    events: Annotated[int, typer.Option(help="change events the source produces")] = 30_000,
+    rate: Annotated[float, typer.Option(help="events per second")] = 150.0,
+    min_kills: Annotated[int, typer.Option(help="keep killing until this many kills")] = 50,
+    min_kills_each: Annotated[
+        int, typer.Option(help="... and until each process was killed this many times")
+    ] = 5,
+    source: Annotated[
+        str, typer.Option(help="workload (canal-json published here) or mariadb (+ capture)")
+    ] = "workload",
+    home: Annotated[Path, typer.Option(help="data directory (wiped first)")] = Path(
+        ".tidelake/chaos"
+    ),
+    json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
+) -> None:
+    """Run the pipeline while killing and stalling its processes; verify the lake row by row."""
+    from tidelake.pipeline.chaos import ChaosOptions, run_chaos
+
+    if source not in ("workload", "mariadb"):
+        err_console.print("[bold red]--source takes workload or mariadb[/]")
+        raise typer.Exit(2)
+    options = ChaosOptions(
+        seed=seed,
+        events=events,
+        rate=rate,
+        min_kills=min_kills,
+        min_kills_each=min_kills_each,
+        source=source,  # type: ignore[arg-type]
+        home=home,
+    )
+    result = run_chaos(options)
+    out = err_console if json else console
+    out.print(
+        f"chaos seed {result.seed}: {result.kills_total} kills {result.kills}, pauses "
+        f"{result.pauses}, {result.events} events, {result.rows_in_lake}/{result.rows_expected} "
+        f"rows, mismatches {result.mismatches}, dead-lettered {result.dlq}, "
+        f"{result.elapsed_s} s"
+    )
+    if result.error:
+        out.print(f"[bold red]chaos run failed:[/] {result.error}")
+    if json:
+        _print_json(result.to_json())
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
 def stage(
     config: ConfigOption = None,
     once: Annotated[
@@ -127,6 +174,9 @@ def stage(
         raise typer.Exit(2)
     try:
         asyncio.run(run_stager(cfg, once=once))
+    except ConfigError as exc:
+        err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
+        raise typer.Exit(2) from exc
     except BusError as exc:
         err_console.print(f"[bold red]bus error[/] {exc}")
         raise typer.Exit(1) from exc

@@ -1,0 +1,524 @@
+"""``tidelake chaos``: the pipeline under seeded ``kill -9`` and stalls, then verified row by row.
+
+The demo's pipeline (embedded nats-server, the stager and the continuous ingest as child
+processes, the order workload published as TiCDC canal-json) runs while this harness, at
+seeded random moments:
+
+* ``SIGKILL``\\s a *victim* and starts it again after a short random downtime: nats-server
+  (same port, same store), the stager, the ingest (its whole process group, JVM included),
+  and — with ``source="mariadb"`` — the ``tidelake capture`` process reading a private MariaDB;
+* ``SIGSTOP``\\s the stager or the ingest for longer than the consumer's AckWait, then
+  ``SIGCONT``\\s it: JetStream redelivers what the stalled stager held while it still holds
+  it, and the stalled process resumes with a stale batch.
+
+Victims are taken in seeded random rounds (each one once per round, skipping one that has
+not yet recovered from its last kill), so the kills spread over every process. When the
+workload is done and at least ``min_kills`` kills happened, every victim is brought back up,
+the lake is awaited (everything acked by the stager, the ingest's cursor at the stream's
+end) and each table is compared row by row with the expected state: 0 lost, 0 duplicated,
+0 resurrected, 0 different. A victim is one entry of :func:`_victims`.
+
+The schedule (which victim, kill or pause, when) is a pure function of the seed; what the
+victims were doing at those instants is not, and that is the point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import orjson
+import structlog
+import yaml
+
+from tidelake.api.heartbeat import read_heartbeat
+from tidelake.bus.connection import connect
+from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.server import EmbeddedNats
+from tidelake.config import Config, load_config
+from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
+from tidelake.pipeline.processes import StageProcess, tidelake_argv
+from tidelake.workload.orders import OrderWorkload, WorkloadSpec
+
+log = structlog.get_logger(__name__)
+
+Source = Literal["workload", "mariadb"]
+
+
+@dataclass
+class ChaosOptions:
+    """What one chaos run does; equal options and seed give an equal schedule."""
+
+    seed: int = 1
+    events: int = 30_000
+    #: Change events per second the source produces.
+    rate: float = 150.0
+    #: Keep the chaos going (after the workload if need be) until this many kills.
+    min_kills: int = 50
+    #: ... and until every victim was killed at least this many times.
+    min_kills_each: int = 5
+    #: Seconds between two actions, drawn uniformly.
+    gap_s: tuple[float, float] = (1.5, 4.5)
+    #: Share of the actions on the stager or the ingest that are SIGSTOP pauses.
+    pause_share: float = 0.25
+    #: The stager's AckWait during the run; a pause lasts longer than this.
+    ack_wait_s: float = 4.0
+    home: Path = Path(".tidelake/chaos")
+    source: Source = "workload"
+    catch_up_timeout_s: float = 600.0
+    #: The chaos phase ends after this long even if ``min_kills`` is not reached.
+    max_chaos_s: float = 1800.0
+
+
+@dataclass
+class ChaosResult:
+    """The JSON line ``tidelake chaos --json`` prints last."""
+
+    seed: int
+    source: str = "workload"
+    events: int = 0
+    kills: dict[str, int] = field(default_factory=dict)
+    pauses: dict[str, int] = field(default_factory=dict)
+    kills_total: int = 0
+    #: Exits the harness did not cause (each one restarted); a stage should never crash.
+    unexpected_exits: dict[str, int] = field(default_factory=dict)
+    tables: int = 0
+    rows_expected: int = 0
+    rows_in_lake: int = 0
+    mismatches: int = 0
+    dlq: int = 0
+    duplicates_skipped: int = 0
+    stale_skipped: int = 0
+    chaos_s: float = 0.0
+    catch_up_s: float = 0.0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``"<seconds> <action> <victim>"`` in order: what happened when.
+    actions: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.mismatches == 0 and self.dlq == 0 and self.tables > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- victims ----------------------------------------------------------------------------------
+
+
+class Victim(Protocol):
+    """A process the harness may kill and restart, or stall."""
+
+    name: str
+    can_pause: bool
+
+    def kill(self) -> None: ...
+    def start(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def alive(self) -> bool: ...
+    def ready(self) -> bool:
+        """Up long enough since its last start that killing it again tests something."""
+        ...
+
+
+class ProcessVictim:
+    """A stage child process; signals go to its whole process group (a JVM child too)."""
+
+    def __init__(
+        self,
+        process: StageProcess,
+        *,
+        can_pause: bool,
+        ready: Callable[[StageProcess], bool] | None = None,
+        min_uptime_s: float = 2.0,
+    ) -> None:
+        self.process = process
+        self.name = process.name
+        self.can_pause = can_pause
+        self._ready = ready
+        self._min_uptime_s = min_uptime_s
+        self._started_at = 0.0
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        pid = self.process.pid
+        if pid is not None and self.process.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)  # StageProcess starts each child in its own session
+
+    def kill(self) -> None:
+        self._signal_group(signal.SIGKILL)
+        self.process.kill()  # reaps it
+
+    def start(self) -> None:
+        self.process.start()
+        self._started_at = time.monotonic()
+
+    def pause(self) -> None:
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def ready(self) -> bool:
+        if not self.alive() or time.monotonic() - self._started_at < self._min_uptime_s:
+            return False
+        return self._ready is None or self._ready(self.process)
+
+
+class NatsVictim:
+    """The embedded nats-server: restarted on the same port with the same store."""
+
+    name = "nats"
+    can_pause = False
+
+    def __init__(self, server: EmbeddedNats) -> None:
+        self.server = server
+        self._started_at = time.monotonic()
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
+        self._started_at = time.monotonic()
+
+    def pause(self) -> None:
+        if self.server.pid is not None:
+            os.kill(self.server.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.server.pid is not None:
+            os.kill(self.server.pid, signal.SIGCONT)
+
+    def alive(self) -> bool:
+        return self.server.running
+
+    def ready(self) -> bool:
+        return self.alive() and time.monotonic() - self._started_at > 1.0
+
+
+def _ingest_ready(state_dir: Path) -> Callable[[StageProcess], bool]:
+    """The ingest is worth killing once its new process has a Spark session (heartbeat)."""
+
+    def ready(process: StageProcess) -> bool:
+        beat = read_heartbeat(state_dir, "ingest") or {}
+        return beat.get("pid") == process.pid and beat.get("state") in ("idle", "applying")
+
+    return ready
+
+
+# --- sources ----------------------------------------------------------------------------------
+
+
+class _WorkloadSource:
+    """The order workload, published by this process as TiCDC canal-json."""
+
+    victims: tuple[Victim, ...] = ()
+
+    def __init__(self, opts: ChaosOptions) -> None:
+        self.workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
+        self.rate = opts.rate
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def configure(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def start(self, cfg: Config, url: str) -> None:
+        def publish() -> None:
+            try:
+                asyncio.run(publish_workload(cfg, url, self.workload, self.rate))
+            except BaseException as exc:
+                self.error = exc
+
+        self._thread = threading.Thread(target=publish, name="workload", daemon=True)
+        self._thread.start()
+
+    def finished(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    @property
+    def events(self) -> int:
+        return self.workload.emitted
+
+    def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
+        return {
+            c.table: {
+                "rows_expected": c.rows_expected,
+                "rows_in_lake": c.rows_in_lake,
+                "mismatches": c.mismatches,
+                "samples": c.samples,
+            }
+            for c in _verify(cfg, self.workload)
+        }
+
+    def close(self) -> None:
+        return None
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def _write_config(home: Path, url: str, opts: ChaosOptions, extra: dict[str, Any]) -> Path:
+    data: dict[str, Any] = {
+        "home": str(home),
+        "bus": {
+            "url": url,
+            # Short AckWait so a pause outlasts it; a high MaxDeliver because this run tests
+            # crash recovery, not the poison-message path (tests/integration/stage).
+            "consumer": {"ack_wait_s": opts.ack_wait_s, "max_deliver": 1_000},
+        },
+        "stage": {"max_age_s": 0.5},
+        # Every restart of the ingest would pay the warm-up again: skip it.
+        "ingest": {"warm_up": False, "interval_s": 0.5},
+        "lake": {"spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2}},
+    }
+    data.update(extra)
+    path = home / "config.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+async def _provision(cfg: Config, url: str) -> None:
+    nc = await connect(cfg.bus, url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, cfg.bus)
+        await ensure_consumer(js, cfg.bus)
+    finally:
+        await nc.close()
+
+
+async def _stream_position(cfg: Config, url: str) -> tuple[int, int, int]:
+    """(last stream sequence, consumer pending, consumer ack-pending)."""
+    nc = await connect(cfg.bus, url)
+    try:
+        js = nc.jetstream()
+        stream = await js.stream_info(cfg.bus.stream.name)
+        consumer = await js.consumer_info(cfg.bus.stream.name, cfg.bus.consumer.durable)
+        return (
+            int(stream.state.last_seq),
+            int(consumer.num_pending or 0),
+            int(consumer.num_ack_pending or 0),
+        )
+    finally:
+        await nc.close()
+
+
+def _read_cursor(state_dir: Path) -> int:
+    try:
+        return int(orjson.loads((state_dir / "cursor.json").read_bytes())["seq"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 0
+
+
+def _skipped_totals(state_dir: Path) -> tuple[int, int]:
+    duplicates = stale = 0
+    try:
+        lines = (state_dir / "skipped.jsonl").read_bytes().split(b"\n")
+    except OSError:
+        return 0, 0
+    for line in lines:
+        if line.endswith(b"}"):
+            record = orjson.loads(line)
+            duplicates += int(record.get("duplicates", 0))
+            stale += int(record.get("stale", 0))
+    return duplicates, stale
+
+
+class _Chaos:
+    """The seeded schedule of actions over the victims."""
+
+    def __init__(self, opts: ChaosOptions, victims: list[Victim], result: ChaosResult) -> None:
+        self.opts = opts
+        self.victims = victims
+        self.result = result
+        self.rng = random.Random(opts.seed)
+        self.kills: Counter[str] = Counter()
+        self.pauses: Counter[str] = Counter()
+        self.crashes: Counter[str] = Counter()
+        self._round: list[Victim] = []
+        self._t0 = time.monotonic()
+
+    def _note(self, action: str, victim: Victim) -> None:
+        line = f"{time.monotonic() - self._t0:7.1f}s {action} {victim.name}"
+        self.result.actions.append(line)
+        log.info("chaos", action=action, victim=victim.name)
+
+    def supervise(self) -> None:
+        """Restart a victim that died on its own (and count it: that is a finding)."""
+        for victim in self.victims:
+            if not victim.alive():
+                self.crashes[victim.name] += 1
+                self._note("restart-after-unexpected-exit", victim)
+                victim.start()
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.supervise()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _next_victim(self) -> Victim | None:
+        if not self._round:
+            self._round = list(self.victims)
+            self.rng.shuffle(self._round)
+        for i, victim in enumerate(self._round):
+            if victim.ready():
+                return self._round.pop(i)
+        return None
+
+    def act(self) -> None:
+        """One action: pause or kill the next ready victim of the round."""
+        victim = self._next_victim()
+        # Draw every number whether or not it is used, so the schedule depends on the seed only.
+        pause_roll, downtime, extra = self.rng.random(), self.rng.uniform(0, 1.5), self.rng.random()
+        if victim is None:
+            return
+        if victim.can_pause and pause_roll < self.opts.pause_share:
+            self._note("SIGSTOP", victim)
+            victim.pause()
+            time.sleep(self.opts.ack_wait_s + 1.0 + 2.0 * extra)
+            victim.resume()
+            self._note("SIGCONT", victim)
+            self.pauses[victim.name] += 1
+            return
+        self._note("SIGKILL", victim)
+        victim.kill()
+        self.kills[victim.name] += 1
+        time.sleep(downtime)
+        victim.start()
+        self._note("start", victim)
+
+    def run(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.opts.max_chaos_s
+        while time.monotonic() < deadline:
+            enough = sum(self.kills.values()) >= self.opts.min_kills and all(
+                self.kills[v.name] >= self.opts.min_kills_each for v in self.victims
+            )
+            if done() and enough:
+                return
+            self.sleep(self.rng.uniform(*self.opts.gap_s))
+            self.act()
+
+
+def _wait_for_lake(
+    cfg: Config, url: str, chaos: _Chaos, source_done: Callable[[], bool], timeout_s: float
+) -> None:
+    """Until the stager has acked everything and the ingest's cursor is at the stream's end."""
+    state_dir = Path(cfg.lake_root) / "_tidelake"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        chaos.supervise()
+        if source_done():
+            last, pending, ack_pending = asyncio.run(_stream_position(cfg, url))
+            if not pending and not ack_pending and _read_cursor(state_dir) >= last:
+                return
+        paused = state_dir / "paused.json"
+        if paused.exists() and orjson.loads(paused.read_bytes() or b"{}"):
+            raise RuntimeError(f"the ingest paused tables: {paused.read_text()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def run_chaos(opts: ChaosOptions) -> ChaosResult:
+    """One chaos run; every failure is reported in the result, never raised."""
+    started = time.monotonic()
+    result = ChaosResult(seed=opts.seed, source=opts.source)
+    home = opts.home.resolve()
+    _prepare_home(home)
+    server = EmbeddedNats(home / "nats")
+    source = _WorkloadSource(opts)
+    victims: list[Victim] = []
+    chaos: _Chaos | None = None
+    try:
+        server.start()
+        config_path = _write_config(home, server.url, opts, source.configure({}))
+        cfg = load_config(config_path, environ={})
+        asyncio.run(_provision(cfg, server.url))
+        env = {"TIDELAKE_CONFIG": str(config_path)}
+        logs = home / "logs"
+        state_dir = Path(cfg.lake_root) / "_tidelake"
+        victims = [
+            NatsVictim(server),
+            ProcessVictim(
+                StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
+                can_pause=True,
+            ),
+            ProcessVictim(
+                StageProcess(
+                    "ingest",
+                    tidelake_argv("ingest", "--continuous", "--interval", "0.5"),
+                    env,
+                    logs / "ingest.log",
+                ),
+                can_pause=True,
+                ready=_ingest_ready(state_dir),
+            ),
+            *source.victims,
+        ]
+        for victim in victims[1:]:
+            victim.start()
+        chaos = _Chaos(opts, victims, result)
+        deadline = time.monotonic() + 300
+        while not victims[2].ready():  # publish once the ingest has its Spark session
+            chaos.sleep(0.5)
+            if time.monotonic() > deadline:
+                raise TimeoutError("the ingest did not start within 300 s")
+        source.start(cfg, server.url)
+        chaos_started = time.monotonic()
+        chaos.run(source.finished)
+        result.chaos_s = round(time.monotonic() - chaos_started, 1)
+        for victim in victims:
+            if not victim.alive():
+                victim.start()
+        if source.error is not None:
+            raise RuntimeError(f"the source failed: {source.error!r}") from source.error
+        catch_up_started = time.monotonic()
+        _wait_for_lake(cfg, server.url, chaos, source.finished, opts.catch_up_timeout_s)
+        result.catch_up_s = round(time.monotonic() - catch_up_started, 1)
+        for victim in victims[1:]:
+            if isinstance(victim, ProcessVictim):
+                victim.process.stop()
+        result.events = source.events
+        result.dlq = asyncio.run(_dlq_depth(cfg, server.url))
+        result.duplicates_skipped, result.stale_skipped = _skipped_totals(state_dir)
+        result.per_table = source.verify(cfg)
+        result.tables = len(result.per_table)
+        result.rows_expected = sum(t["rows_expected"] for t in result.per_table.values())
+        result.rows_in_lake = sum(t["rows_in_lake"] for t in result.per_table.values())
+        result.mismatches = sum(t["mismatches"] for t in result.per_table.values())
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        for victim in victims:
+            victim.resume()
+            if isinstance(victim, ProcessVictim):
+                victim.process.stop(timeout_s=30)
+        server.stop()
+        source.close()
+        if chaos is not None:
+            result.kills = {v.name: chaos.kills[v.name] for v in victims}
+            result.pauses = {v.name: chaos.pauses[v.name] for v in victims if v.can_pause}
+            result.unexpected_exits = dict(chaos.crashes)
+            result.kills_total = sum(chaos.kills.values())
+        result.events = result.events or source.events
+        result.elapsed_s = round(time.monotonic() - started, 1)
+    return result
