@@ -66,13 +66,16 @@ def keyset_query(
     list (PostgreSQL reads ``col::text``).
     """
     cols = ", ".join(select) if select is not None else ", ".join(quote(c) for c in columns)
-    order = ", ".join(quote(c) for c in pk)
+    # Key columns qualified by the table: PostgreSQL would resolve a bare ORDER BY name to the
+    # output column ("id"::text), ordering the chunks as text.
+    key = [f"{table_sql}.{quote(c)}" for c in pk]
+    order = ", ".join(key)
     where = ""
     if after:
         terms = []
-        for i, col in enumerate(pk):
-            eqs = [f"{quote(p)} = {placeholder}" for p in pk[:i]]
-            terms.append("(" + " AND ".join([*eqs, f"{quote(col)} > {placeholder}"]) + ")")
+        for i, col in enumerate(key):
+            eqs = [f"{k} = {placeholder}" for k in key[:i]]
+            terms.append("(" + " AND ".join([*eqs, f"{col} > {placeholder}"]) + ")")
         where = " WHERE " + " OR ".join(terms)
     return f"SELECT {cols} FROM {table_sql}{where} ORDER BY {order} LIMIT {limit}"
 

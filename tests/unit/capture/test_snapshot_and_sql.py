@@ -18,12 +18,12 @@ def test_keyset_query_composite_key() -> None:
     """A composite key resumes strictly after the last key, in key order."""
     sql = keyset_query(q, "`s`.`t`", ["a", "b", "c"], ["a", "b"], after=True, limit=10)
     assert sql == (
-        "SELECT `a`, `b`, `c` FROM `s`.`t` WHERE (`a` > %s) OR (`a` = %s AND `b` > %s) "
-        "ORDER BY `a`, `b` LIMIT 10"
+        "SELECT `a`, `b`, `c` FROM `s`.`t` WHERE (`s`.`t`.`a` > %s) OR "
+        "(`s`.`t`.`a` = %s AND `s`.`t`.`b` > %s) ORDER BY `s`.`t`.`a`, `s`.`t`.`b` LIMIT 10"
     )
     assert keyset_params([1, 2]) == [1, 1, 2]
     first = keyset_query(q, "t", ["a"], ["a"], after=False, limit=5)
-    assert first == "SELECT `a` FROM t ORDER BY `a` LIMIT 5"
+    assert first == "SELECT `a` FROM t ORDER BY t.`a` LIMIT 5"
 
 
 def test_snapshot_progress_round_trips() -> None:
