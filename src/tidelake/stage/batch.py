@@ -60,6 +60,8 @@ class Batch(Generic[M]):
         self.limits = limits
         self._clock = clock
         self.messages: list[M] = []
+        #: Redeliveries of messages already in the batch: acked with it, not staged twice.
+        self.extra_acks: list[M] = []
         self._lines: dict[tuple[str, str], list[bytes]] = {}
         self._ddl: list[ChangeEvent] = []
         self._seq_first = 0
@@ -70,8 +72,11 @@ class Batch(Generic[M]):
         self.dead_lettered = 0
         self.skipped = 0
         self.counts_by_reason: Counter[str] = Counter()
-        #: Set once a DDL event is in: nothing more may be added.
+        #: Set once a DDL event is in: nothing after it in the stream may be added.
         self.closed = False
+        #: Stream sequence of the DDL that closed the batch (0 while open).
+        self.barrier_seq = 0
+
 
     # -- filling ----------------------------------------------------------------------------
 
@@ -86,8 +91,13 @@ class Batch(Generic[M]):
     def __len__(self) -> int:
         return len(self.messages)
 
+    def accepts(self, seq: int) -> bool:
+        """False for a message after this batch's DDL barrier: it belongs to the next one.
+        A message from before the barrier (a redelivery filling a gap) still fits."""
+        return not self.closed or seq < self.barrier_seq
+
     def _take(self, msg: M, seq: int, size: int) -> None:
-        if self.closed:
+        if not self.accepts(seq):
             raise RuntimeError("the batch is closed by a DDL barrier; flush it first")
         if seq <= 0:
             raise ValueError(f"a stream sequence is positive, got {seq}")
@@ -109,11 +119,14 @@ class Batch(Generic[M]):
         for event in events:
             ev = event if event.seq == seq else _with_seq(event, seq)
             if ev.op is Op.DDL:
+                if self.closed:
+                    raise ValueError(f"message {seq}: a second DDL barrier in one batch")
                 self._ddl.append(ev)
                 self.closed = True
+                self.barrier_seq = seq
                 if not ev.table:
                     continue
-            elif self.closed:
+            elif self.closed and seq >= self.barrier_seq:
                 raise ValueError(f"message {seq}: a row event after a DDL event in one message")
             self._lines.setdefault((ev.database, ev.table), []).append(ev.to_json())
 

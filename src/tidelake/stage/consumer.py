@@ -161,15 +161,20 @@ class Stager:
     async def run(self, *, once: bool = False) -> StagerStats:
         """Stage until stopped; with ``once``, until the consumer has nothing left for us."""
         puller = await PullFetcher(self.nc, self.bus.stream.name, self.bus.consumer.durable).start()
+        await self._init_floor()
         batch: Batch[Msg] = Batch(self.limits)
         try:
             while not self.stopping:
-                want = min(self.stage.fetch_batch, batch.room())
+                # Held-back messages count against the room; but while a gap is open keep
+                # pulling, or its redelivery could never arrive (max_ack_pending bounds it).
+                want = min(self.stage.fetch_batch, batch.room() - len(self._held))
+                if self._held:
+                    want = max(want, self.stage.fetch_batch)
                 if batch:
                     timeout = min(IDLE_FETCH_S, max(MIN_FETCH_S, batch.time_left_s()))
                 else:
                     timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
-                msgs = await puller.fetch(want, timeout)
+                msgs = await self._in_order(await puller.fetch(want, timeout), batch)
                 for msg in msgs:
                     reason = self._take(batch, msg)
                     if reason is not None:  # the rare path: a durable DLQ copy first
@@ -180,11 +185,11 @@ class Stager:
                 if batch.is_due() or (batch and (not msgs or self.stopping) and once):
                     await self._finish(batch)
                     batch = Batch(self.limits)
-                if once and not msgs and not batch and await self._drained():
+                if once and not msgs and not batch and not self._held and await self._drained():
                     break
             await puller.stop()
             # Messages a last reply brought are ours until AckWait: stage them now too.
-            for msg in puller.take_buffered():
+            for msg in await self._in_order(puller.take_buffered(), batch):
                 if batch.closed or batch.is_due():
                     await self._finish(batch)
                     batch = Batch(self.limits)
@@ -204,6 +209,91 @@ class Stager:
             batches=self.stats.batches,
         )
         return self.stats
+
+    # -- stream order -----------------------------------------------------------------------
+    #
+    # The ingest skips every event at or below a table's checkpoint sequence (DESIGN.md §3),
+    # so a manifest must never hold sequence S while some S' < S still waits to be staged:
+    # that S' would be skipped as a duplicate when it finally came. JetStream can deliver
+    # out of stream order — a restarted stager gets new messages at once but those its dead
+    # predecessor held only after AckWait; a reply lost on a reconnect is redelivered later —
+    # so messages are fed to batches strictly in stream order: anything ahead of a gap is
+    # held back (its AckWait kept alive) until the gap is filled by a redelivery, or proven
+    # empty (no such message in the stream: expired, deleted, or outside our filter).
+
+    async def _init_floor(self) -> None:
+        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
+        #: Highest sequence such that every message at or below it is in a durable
+        #: manifest (or not ours); and the next sequence a batch may take.
+        self._flushed_floor = int(info.ack_floor.stream_seq or 0)
+        self._next_seq = self._flushed_floor + 1
+        self._held: dict[int, Msg] = {}
+        self._gap_checked_at = 0.0
+        self._held_touched_at = time.monotonic()
+
+    async def _in_order(self, msgs: list[Msg], batch: Batch[Msg]) -> list[Msg]:
+        """The messages that may join batches now, in stream order."""
+        for msg in msgs:
+            seq = delivery_info(msg)[0]
+            if seq >= self._next_seq:
+                self._held[seq] = msg  # a redelivery replaces the older copy
+            elif seq <= self._flushed_floor:
+                await msg.ack()  # already in a durable manifest: its first ack was lost
+            else:
+                batch.extra_acks.append(msg)  # in the open batch: acked when it is flushed
+        ready = self._take_ready()
+        if self._held:
+            await self._mind_gap()
+            ready.extend(self._take_ready())
+        return ready
+
+    def _take_ready(self) -> list[Msg]:
+        ready = []
+        while self._next_seq in self._held:
+            ready.append(self._held.pop(self._next_seq))
+            self._next_seq += 1
+        return ready
+
+    async def _mind_gap(self) -> None:
+        """A gap before the held messages: skip it if the stream has nothing there for us,
+        else wait for the redelivery while keeping the held messages' AckWait alive."""
+        now = time.monotonic()
+        ack_wait = self.bus.consumer.ack_wait_s
+        if now - self._held_touched_at > ack_wait / 3:
+            for msg in self._held.values():
+                await msg.in_progress()
+            self._held_touched_at = now
+        if now - self._gap_checked_at < min(1.0, ack_wait / 4):
+            return
+        self._gap_checked_at = now
+        subject = self.bus.consumer.filter_subject or ">"
+        try:
+            raw = await self.js.get_msg(
+                self.bus.stream.name, seq=self._next_seq, subject=subject, next=True
+            )
+            first_there = int(raw.seq or 0)
+        except nats.js.errors.NotFoundError:
+            first_there = min(self._held)
+        if first_there > self._next_seq:
+            log.info(
+                "no message to stage in a gap", seq_from=self._next_seq, seq_to=first_there - 1
+            )
+            self._next_seq = first_there
+            return
+        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
+        acked = int(info.ack_floor.stream_seq or 0)
+        if acked >= self._next_seq:
+            # Another stager (one that stalled past AckWait) staged and acked them.
+            for seq in [s for s in self._held if s <= acked]:
+                await self._held.pop(seq).ack()
+            self._flushed_floor = max(self._flushed_floor, acked)
+            self._next_seq = acked + 1
+            return
+        log.info(
+            "holding messages until a gap is redelivered",
+            missing=self._next_seq,
+            held=len(self._held),
+        )
 
     async def _drained(self) -> bool:
         """Nothing pending and nothing awaiting an ack (ours are flushed)."""
@@ -239,10 +329,20 @@ class Stager:
         seq, deliveries = delivery_info(msg)
         subject = dlq.dlq_subject(self.bus.dlq.subject_prefix, msg.subject)
         headers = dlq.dlq_headers(reason, msg.subject, seq, deliveries)
+        payload = msg.data
+        # Our headers make the copy larger than the original: one that no longer fits under
+        # the server's max_payload would be refused (and the connection closed) on every
+        # retry, a crash loop. Its payload goes to staging storage, durably, first.
+        margin = 64  # the Nats-Expected-Stream header the client adds
+        if len(payload) + dlq.header_bytes(headers) + margin > self.nc.max_payload:
+            path = dlq.stored_payload_path(seq)
+            await asyncio.to_thread(self.storage.put, path, payload)
+            headers[dlq.HEADER_PAYLOAD_STORED] = self.storage.uri(path)
+            payload = b""
         delay = 0.2
         for attempt in range(1, DLQ_ATTEMPTS + 1):
             try:
-                await self.js.publish(subject, msg.data, headers=headers, stream=self.bus.dlq.name)
+                await self.js.publish(subject, payload, headers=headers, stream=self.bus.dlq.name)
                 break
             except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError) as exc:
                 if attempt == DLQ_ATTEMPTS:
@@ -262,7 +362,8 @@ class Stager:
             batch.flush, self.storage, after_files=self._hook("after_files")
         )
         self._hook("after_manifest")()
-        for msg in batch.messages:
+        self._flushed_floor = max(self._flushed_floor, manifest.seq_last)
+        for msg in (*batch.messages, *batch.extra_acks):
             await msg.ack()
         try:
             await self.nc.flush(timeout=10)

@@ -51,6 +51,5 @@ def test_100k_messages_are_staged_with_equal_counts_per_table(stage_env: StageEn
     assert (stats.received, stats.staged, stats.dead_lettered) == (MESSAGES, MESSAGES, 0)
     info = run(stage_env.consumer_info())
     assert (info.num_pending, info.num_ack_pending) == (0, 0)
-    # ~15k msgs/s measured on 2 shared cores (the decoder is most of it); a loose guard here
-    # so a busy CI machine does not fail the test, a regression of 3x still does.
-    assert seconds < 30, f"stager too slow: {rate:,.0f} msgs/s"
+    # Speed is measured by `tidelake bench` (docs/benchmarks.md), not asserted here: a
+    # timed assertion fails on a busy machine and proves nothing about correctness.
