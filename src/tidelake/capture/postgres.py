@@ -415,7 +415,9 @@ class PostgresSource:
                 )
                 _slot, point_text, snapshot_name, _plugin = cur.fetchone()
             point = pgoutput.parse_lsn(point_text)
-            log.info("snapshot resumed: catching up", since=start, until=point_text)
+            log.info(
+                "snapshot resumed: catching up", since=pgoutput.lsn_text(start), until=point_text
+            )
             if start < point:
                 self._query("SELECT pg_logical_emit_message(false, %s, '')", (CATCH_UP_PREFIX,))
                 self._stream(start, sink, stop, until=point, progress=progress)
@@ -499,7 +501,13 @@ class PostgresSource:
         after = progress.after if progress.table == rel.table_id else None
         progress.table, progress.after = rel.table_id, after
         table_sql = f"{quote_ident(rel.namespace)}.{quote_ident(rel.name)}"
-        select = [f"{quote_ident(c)}::text" for c in names]
+        # Text as pgoutput sends it: booleans as t/f (``::text`` would say true/false).
+        select = [
+            f"left({quote_ident(c)}::text, 1)"
+            if rel.types[c] == "boolean"
+            else f"{quote_ident(c)}::text"
+            for c in names
+        ]
         for chunk in read_chunks(
             cur, quote_ident, table_sql, names, rel.pk, self.cfg.chunk_rows, after, select
         ):
