@@ -15,6 +15,10 @@ HEADER_STREAM_SEQ = "Tidelake-Stream-Seq"
 #: How many times the stager's consumer had delivered it.
 HEADER_DELIVERY_COUNT = "Tidelake-Delivery-Count"
 
+#: Set when the payload did not fit in the DLQ message (original size + these headers over
+#: the server's max_payload): the payload is in staging storage at this URI, the body empty.
+HEADER_PAYLOAD_STORED = "Tidelake-Payload-Stored"
+
 #: Reason given to a message dead-lettered because it was delivered ``max_deliver`` times.
 REASON_MAX_DELIVER = "max_deliver"
 
@@ -38,3 +42,13 @@ def dlq_headers(
         # The same message dead-lettered twice (a restaged batch) is stored once.
         "Nats-Msg-Id": f"tidelake-dlq-{stream_seq}",
     }
+
+
+def stored_payload_path(stream_seq: int) -> str:
+    """Where the stager keeps a dead letter's payload too large to travel with its headers."""
+    return f"dlq-payloads/{stream_seq:020d}.bin"
+
+
+def header_bytes(headers: dict[str, str]) -> int:
+    """Size of the NATS header block these headers make (``NATS/1.0`` line, ``k: v`` lines)."""
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
