@@ -777,10 +777,15 @@ class Ingestor:
                 },
             )
 
-    def heartbeat(self, state: str) -> None:
+    def heartbeat(self, state: str, **fields: Any) -> None:
         """Tell ``serve``/``status``/the demo what the ingest is doing."""
         write_heartbeat(
-            self.state_dir, "ingest", state, cursor=self.cursor, paused=sorted(self.paused)
+            self.state_dir,
+            "ingest",
+            state,
+            cursor=self.cursor,
+            paused=sorted(self.paused),
+            **fields,
         )
 
     def _pause(self, table_id: str, reason: str) -> TableResult:
@@ -875,6 +880,7 @@ class Ingestor:
                 failures += 1
                 pause = min(interval_s * 2**failures, 30.0)
                 log.error("round failed; retrying", error=str(exc)[:2000], retry_in_s=pause)
+                self.heartbeat("retrying", last_error=str(exc)[:500])  # shown by serve/status
                 stop.wait(pause)
                 continue
             failures = 0
