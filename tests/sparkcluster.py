@@ -1,0 +1,140 @@
+"""A local Spark standalone cluster from the installed PySpark: one master, one worker.
+
+Started with ``bin/spark-class`` (the pip PySpark ships no ``sbin/start-master.sh``), bound to
+127.0.0.1, sized for a 2-core machine: one worker with 1 core and 1 GB for executors, daemons
+with 256 MB heaps. Its master's JSON page tells which applications ran on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyspark
+
+from tidelake.bus.server import free_port
+
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+@dataclass
+class SparkCluster:
+    """``with SparkCluster(dir) as cluster:`` → ``cluster.master_url`` is ``spark://…``."""
+
+    work_dir: Path
+    worker_cores: int = 1
+    worker_memory: str = "1g"
+    startup_timeout_s: float = 120.0
+    port: int = field(default_factory=free_port)
+    webui_port: int = field(default_factory=free_port)
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_LOG_DIR": str(self.work_dir / "logs"),
+            "SPARK_WORKER_DIR": str(self.work_dir / "worker"),
+        }
+
+    def _spawn(self, name: str, *args: str) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with (self.work_dir / f"{name}.log").open("ab") as out:
+            self._procs.append(
+                subprocess.Popen(
+                    [str(SPARK_HOME / "bin" / "spark-class"), *args],
+                    env=self._env(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+
+    def state(self) -> dict[str, Any]:
+        """The master's ``/json/`` page: workers, active and completed applications."""
+        url = f"http://127.0.0.1:{self.webui_port}/json/"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+        return data
+
+    def start(self) -> SparkCluster:
+        self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
+        )
+        self._spawn(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            str(free_port()),
+            "--cores",
+            str(self.worker_cores),
+            "--memory",
+            self.worker_memory,
+            self.master_url,
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            try:
+                if [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]:
+                    return self
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            dead = [p.args for p in self._procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"spark cluster did not come up ({dead}): {self.log_tail()}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self._procs.clear()
+
+    def log_tail(self, lines: int = 20) -> str:
+        out = []
+        for name in ("master", "worker"):
+            path = self.work_dir / f"{name}.log"
+            if path.exists():
+                out.append(f"--- {name}\n" + "\n".join(path.read_text().splitlines()[-lines:]))
+        return "\n".join(out)
+
+    def __enter__(self) -> SparkCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
