@@ -20,7 +20,7 @@ demo: setup ## Run the whole pipeline end to end on embedded defaults and verify
 	$(TL) demo
 
 .PHONY: dashboard
-dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (npm ci + astro build)
+dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (locked npm packages, astro build)
 	@scripts/dashboard --force
 
 .PHONY: test
