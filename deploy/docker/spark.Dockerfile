@@ -7,6 +7,7 @@
 
 # --- the jars, fetched with Maven as scripts/setup does ---------------------------------------
 FROM maven:3.9-eclipse-temurin-17 AS jars
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY scripts/jars.txt /tmp/jars.txt
 RUN grep -Ev '^(#|$)' /tmp/jars.txt | while read -r coord; do \
       mvn -q -B dependency:copy -Dartifact="$coord" -DoutputDirectory=/opt/tidelake/jars; \
@@ -24,6 +25,8 @@ FROM python:3.11-slim-bookworm
 LABEL org.opencontainers.image.title="tidelake-spark" \
       org.opencontainers.image.description="tidelake ingest: PySpark + Apache Hudi" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The Debian release pins the JRE's major version; exact package versions leave the mirror.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
