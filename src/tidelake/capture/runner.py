@@ -8,13 +8,15 @@ side publishes every message in order through :class:`~tidelake.capture.publishe
 every message emitted before it; only then is its state written by
 :class:`~tidelake.capture.position.PositionStore` and confirmed to the source (PostgreSQL's
 flushed LSN). ``kill -9`` at any instant therefore loses nothing: the restart resumes at the
-last saved transaction boundary and republishes at most what followed it.
+last saved transaction boundary and republishes at most what followed it. A heartbeat file
+(``api/heartbeat.py``) beside the position file tells ``tidelake serve`` what capture does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from tidelake.api.heartbeat import Heartbeat
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_streams
 from tidelake.capture.canal import Item, Outgoing, Resume
@@ -151,6 +154,27 @@ async def capture_loop(
     waiting = _Durable()
     sent = 0
 
+    def put(name: str, data: bytes) -> None:
+        # Beside the position file: <home>/capture/_tidelake/capture.heartbeat.json.
+        path = store.path.parent / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def info() -> dict[str, Any]:
+        saved = stats.state or {}
+        return {
+            "source": source.kind,
+            "phase": saved.get("phase"),
+            "published": pub.published,
+            "duplicates": pub.duplicates,
+            "emitted": sink.emitted,
+            "position_saves": store.saves,
+        }
+
+    heartbeat = Heartbeat(put, "capture", info)
+
     def reader() -> None:
         try:
             source.run(state, sink, stop)
@@ -175,6 +199,7 @@ async def capture_loop(
         await ensure_streams(nc.jetstream(), cfg.bus)
         thread = threading.Thread(target=reader, name=f"capture-{source.kind}", daemon=True)
         thread.start()
+        heartbeat.start()
         last_drain = time.monotonic()
         error: BaseException | None = None
         while True:
@@ -203,6 +228,7 @@ async def capture_loop(
         if error is not None:
             raise error
     finally:
+        heartbeat.stop()
         stats.published = pub.published
         stats.duplicates = pub.duplicates
         stats.saves = store.saves

@@ -101,6 +101,21 @@ async def _read_stream(url: str) -> list[tuple[int, str, bytes]]:
         await nc.close()
 
 
+async def _count(url: str) -> int:
+    cfg = load_config(None, environ={})
+    nc = await connect(cfg.bus, url)
+    try:
+        info = await nc.jetstream().stream_info(cfg.bus.stream.name)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+def stream_count(url: str) -> int:
+    """How many messages the CDC stream holds."""
+    return asyncio.run(_count(url))
+
+
 def stream_messages(url: str) -> list[tuple[int, str, bytes]]:
     """Every message of the CDC stream: (stream sequence, Nats-Msg-Id, payload)."""
     return asyncio.run(_read_stream(url))

@@ -6,7 +6,15 @@ import time
 from pathlib import Path
 
 import pytest
-from capturekit import CaptureRun, Writer, decoded, fold, mysql_rows, stream_messages
+from capturekit import (
+    CaptureRun,
+    Writer,
+    decoded,
+    fold,
+    mysql_rows,
+    stream_count,
+    stream_messages,
+)
 
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.mysql import point_key
@@ -178,4 +186,41 @@ def test_kill_9_mid_snapshot_resumes_without_gap_or_ghost(
     assert "snapshot" == interrupted["phase"]
     messages = stream_messages(nats.url)
     assert fold(decoded(messages), "resnap.t") == mysql_rows(mariadb.connect(), "resnap.t")
+    run.process.stop()
+
+
+def test_large_transaction_killed_mid_publish_is_republished_whole(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """One 30,000-row transaction, the capture killed while publishing it: the position saved
+    before it is where the restart begins, the rows already stored are dropped as duplicates
+    (same positions, same message ids) and the table folds to the source."""
+    _setup(mariadb, "big", 0)
+    run = _capture(tmp_path, nats, mariadb, "big").start()
+    run.wait_until(lambda s: s["phase"] == "streaming", 60)
+    before = run.position()
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("USE big")
+        cur.execute(
+            "INSERT INTO big.t SELECT seq, concat('v', seq), seq % 7, seq / 4, "
+            "'2024-05-05 12:00:00.5' FROM seq_1_to_30000"
+        )
+    conn.close()
+    stored = 0
+    deadline = time.monotonic() + 60
+    while stored < 2_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        stored = stream_count(nats.url)
+    run.process.kill()  # SIGKILL while the transaction is part published
+    assert 2_000 <= stream_count(nats.url) < 30_000
+    assert run.position() == before
+    run.start()
+    _caught_up(mariadb, run)
+    messages = stream_messages(nats.url)
+    ids = [mid for _, mid, _ in messages]
+    assert 30_000 == len(ids) == len(set(ids))
+    events = decoded(messages)
+    assert [e.position.parts[2] for e in events] == list(range(30_000))
+    assert fold(events, "big.t") == mysql_rows(mariadb.connect(), "big.t")
     run.process.stop()

@@ -129,7 +129,8 @@ def test_added_column_arrives_as_ddl_in_order(
     postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
 ) -> None:
     """pgoutput has no DDL: the new Relation message before the first row using the added
-    column becomes an ALTER TABLE ... ADD COLUMN event between the rows around it."""
+    column becomes an ALTER TABLE ... ADD COLUMN event between the rows around it; a TRUNCATE
+    follows as a TRUNCATE DDL event."""
     _setup(postgres, "ddl", 0)
     run = _capture(tmp_path, nats, postgres, "ddl").start()
     run.wait_until(lambda s: s["phase"] == "streaming", 60)
@@ -138,12 +139,17 @@ def test_added_column_arrives_as_ddl_in_order(
         cur.execute("INSERT INTO ddl.t (id, v, n) VALUES (1, 'before', 1)")
         cur.execute("ALTER TABLE ddl.t ADD COLUMN note varchar(20) DEFAULT 'x'")
         cur.execute("INSERT INTO ddl.t (id, v, n, note) VALUES (2, 'after', 2, 'hello')")
+        cur.execute("TRUNCATE ddl.t")
     conn.close()
     _caught_up(postgres, run)
     events = decoded(stream_messages(nats.url))
     kinds = [(e.op, e.key) for e in events]
-    assert [(Op.INSERT, {"id": "1"}), (Op.DDL, None), (Op.INSERT, {"id": "2"})] == kinds
-    first, ddl, second = events
+    assert [
+        (Op.INSERT, {"id": "1"}), (Op.DDL, None), (Op.INSERT, {"id": "2"}), (Op.DDL, None),
+    ] == kinds  # fmt: skip
+    first, ddl, second, truncate = events
+    assert ("TRUNCATE", "TRUNCATE TABLE ddl.t") == (truncate.ddl_type, truncate.ddl)
+    assert second.position < truncate.position
     assert "note" not in (first.after or {})
     assert ("ALTER", "ddl.t") == (ddl.ddl_type, ddl.table_id)
     assert "ALTER TABLE ddl.t ADD COLUMN note character varying(20)" == ddl.ddl
