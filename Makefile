@@ -38,6 +38,11 @@ chaos: setup ## Long chaos run (>= 50 kill -9 over nats-server, stager, ingest);
 unit: setup ## Run the unit tests only (fast, no services)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: bench
+bench: setup ## Benchmarks side by side (nats bench, HoodieStreamer, Hudi, Parquet); BENCH_ARGS=--quick
+	@bench/setup
+	$(TL) bench $(BENCH_ARGS) --docs docs/benchmarks.md
+
 .PHONY: lint
 lint: setup ## ruff and mypy (strict)
 	$(VENV)/bin/ruff check src tests

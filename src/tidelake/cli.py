@@ -352,6 +352,45 @@ def submit(
     raise typer.Exit(subprocess.call(argv))
 
 
+@app.command()
+def bench(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="smaller sizes, under 10 minutes on 2 cores")
+    ] = False,
+    json: Annotated[bool, typer.Option("--json", help="print one JSON result line last")] = False,
+    part: Annotated[
+        list[str] | None, typer.Option(help="stage, ingest or freshness (repeatable; default all)")
+    ] = None,
+    home: Annotated[Path, typer.Option(help="bench data directory (wiped first)")] = Path(
+        ".tidelake/bench"
+    ),
+    docs: Annotated[
+        Path | None, typer.Option(help="append the run to this Markdown file (docs/benchmarks.md)")
+    ] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="keep the bench data directory")] = False,
+) -> None:
+    """Measure stager, ingest and freshness side by side with nats bench, HoodieStreamer,
+    Hudi and Parquet on this machine (docs/benchmarks.md)."""
+    from tidelake.bench.report import append_run
+    from tidelake.bench.runner import PARTS, BenchOptions, run_bench
+
+    parts = tuple(part or PARTS)
+    if unknown := sorted(set(parts) - set(PARTS)):
+        err_console.print(f"[bold red]unknown --part {', '.join(unknown)}[/] (take {PARTS})")
+        raise typer.Exit(2)
+    out = err_console if json else console
+    result = run_bench(BenchOptions(quick=quick, home=home, parts=parts, keep=keep), out)
+    if docs is not None:
+        append_run(docs, result)
+        out.print(f"appended to {docs}")
+    for error in result.errors:
+        out.print(f"[yellow]not measured:[/] {error}")
+    if json:
+        _print_json(result.to_json())
+    else:
+        console.print_json(orjson.dumps(result.to_json()).decode())
+
+
 def _register_operator_verbs() -> None:
     from tidelake.api.commands import register
 

@@ -1,0 +1,97 @@
+"""Freshness at a steady rate: the demo pipeline (:mod:`tidelake.pipeline.demo`) fed at
+``rate`` events/s for ``seconds``, measured the way the demo measures it.
+
+An embedded ``nats-server``, the stager and the continuous ingest as separate processes
+with the default configuration; publishing starts once the ingest has warmed up. Freshness
+of a message is the time from its source commit to the Hudi commit whose checkpoint covers
+it (``_tidelake/commits.jsonl``). The lake is then compared row by row with the workload's
+expected state, so a number from a lake that lost or resurrected rows cannot pass unnoticed.
+
+While it runs, the resident memory of the stager process and of the ingest process with
+its Spark JVM is sampled from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tidelake.bench.memory import PeakRss, process_tree
+from tidelake.pipeline.demo import DemoOptions, run_demo
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class FreshnessResult:
+    """What the freshness benchmark measured."""
+
+    rate: float
+    seconds: float
+    events: int = 0
+    publish_events_per_s: float = 0.0
+    freshness_p50_s: float | None = None
+    freshness_p99_s: float | None = None
+    freshness_max_s: float | None = None
+    commits: int = 0
+    rows_in_lake: int = 0
+    mismatches: int | None = None
+    stager_peak_rss_mib: float | None = None
+    ingest_peak_rss_mib: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def stage_pids(root: int, verb: str) -> list[int]:
+    """The ``python -m tidelake.cli <verb>`` processes under ``root``, with their children
+    (the ingest's Spark JVM)."""
+    for pid in process_tree(root):
+        argv = _cmdline(pid)
+        if "tidelake.cli" in argv and verb in argv[argv.index("tidelake.cli") + 1 :][:1]:
+            return process_tree(pid)
+    return []
+
+
+def run_freshness_bench(
+    home: Path, rate: float, seconds: float, log: Log, console: Console
+) -> FreshnessResult:
+    """The demo at ``rate`` events/s for ``seconds`` seconds, with memory sampling."""
+    result = FreshnessResult(rate=rate, seconds=seconds)
+    me = os.getpid()
+    stager = PeakRss(lambda: stage_pids(me, "stage")).start()
+    ingest = PeakRss(lambda: stage_pids(me, "ingest")).start()
+    log(f"pipeline at {rate:,.0f} events/s for {seconds:,.0f} s (demo processes, defaults)")
+    try:
+        demo = run_demo(
+            DemoOptions(events=int(rate * seconds), rate=rate, home=home / "demo"), console
+        )
+    finally:
+        stager.stop()
+        ingest.stop()
+    result.stager_peak_rss_mib = stager.peak_mib
+    result.ingest_peak_rss_mib = ingest.peak_mib
+    result.events = demo.events
+    result.publish_events_per_s = demo.publish_events_per_s
+    result.freshness_p50_s = demo.freshness_p50_s
+    result.freshness_p99_s = demo.freshness_p99_s
+    result.freshness_max_s = demo.freshness_max_s
+    result.commits = demo.commits
+    result.rows_in_lake = demo.rows_in_lake
+    result.mismatches = demo.mismatches if demo.tables else None
+    result.error = demo.error
+    return result

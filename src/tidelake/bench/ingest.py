@@ -1,0 +1,477 @@
+"""Ingest throughput side by side, and commit time against table size.
+
+One Spark session (the ingest's own builder and settings), one base table of ``table_rows``
+orders built with ``bulk_insert`` and copied for each Hudi contender, and the same staged
+batches (:mod:`tidelake.bench.changes`) applied by:
+
+* **tidelake**: :meth:`Ingestor.step` on the staged manifests, the production path (read
+  the staged files, filter, collapse, type the rows, upsert with the checkpoint);
+* **hudi_datasource**: a plain Hudi datasource upsert of the same typed records read from
+  Parquet, with the same write options (what Hudi costs without tidelake around it);
+* **hoodiestreamer**: Hudi's HoodieStreamer (``spark-submit``, ``ParquetDFSSource`` over the
+  same Parquet files, same table config, record key, ordering field and merge mode), when
+  its jar is in the bench jar cache;
+* **parquet**: a plain Spark Parquet append of the same records (the floor).
+
+Per batch the in-session contenders run back to back (tidelake, datasource, Parquet), so a
+change of machine load hits all of them alike. The first batch warms each contender up and
+is not counted; records/s is the records of the other batches over their summed seconds.
+HoodieStreamer runs as one continuous job taking one file per round; its seconds are the
+gaps between its commits' completion times on the Hudi timeline.
+
+With ``large_rows`` the same batches are also applied to a second tidelake lake whose base
+holds ``large_rows`` rows: the commit time of the same batch at two table sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidelake.bench.changes import (
+    BASE_COMMIT_MS,
+    BASE_TSO,
+    COLUMNS,
+    PK,
+    TABLE_ID,
+    BenchBatch,
+    ChangeStream,
+)
+from tidelake.bench.memory import PeakRss, process_tree
+from tidelake.bench.stats import per_second
+from tidelake.bench.tools import utilities_jar
+from tidelake.config import Config, load_config
+from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
+from tidelake.lake.hudi import write_options as hudi_write_options
+from tidelake.lake.ingest import Ingestor, build_batch
+from tidelake.lake.schema import schema_for
+from tidelake.lake.spark import build_spark_session, session_conf
+from tidelake.stage.storage import LocalStorage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Log = Callable[[str], None]
+DATABASE, TABLE = split_table_id(TABLE_ID)
+#: Rows per base file: bulk_insert writes each Spark partition (a contiguous id range) to
+#: its own file, so the base is laid out by key like a table grown by inserts.
+ROWS_PER_FILE = 500_000
+STREAMER_CLASS = "org.apache.hudi.utilities.streamer.HoodieStreamer"
+STREAMER_TIMEOUT_S = 1800
+
+
+@dataclass
+class IngestPlan:
+    """Sizes of one ingest benchmark."""
+
+    table_rows: int = 1_000_000
+    batch_events: int = 20_000
+    #: Batches applied to every contender, the first one a warm-up.
+    batches: int = 4
+    #: Second base size for commit time vs table size; None skips it.
+    large_rows: int | None = 10_000_000
+    seed: int = 11
+
+
+@dataclass
+class Contender:
+    """One writer's timed batches."""
+
+    name: str
+    seconds: list[float] = field(default_factory=list)
+    records: int = 0
+    warmup_s: float | None = None
+    error: str | None = None
+    peak_rss_mib: float | None = None
+
+    @property
+    def records_per_s(self) -> float | None:
+        return per_second(self.records, sum(self.seconds)) if self.seconds else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records_per_s": self.records_per_s,
+            "records": self.records,
+            "seconds": [round(s, 3) for s in self.seconds],
+            "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
+            "error": self.error,
+            "peak_rss_mib": self.peak_rss_mib,
+        }
+
+
+@dataclass
+class IngestResult:
+    """What the ingest benchmark measured."""
+
+    plan: IngestPlan
+    contenders: dict[str, Contender] = field(default_factory=dict)
+    #: The batch composition (same for every batch).
+    updates: int = 0
+    inserts: int = 0
+    deletes: int = 0
+    #: Seconds to build each base table (bulk_insert), by rows.
+    base_build_s: dict[int, float] = field(default_factory=dict)
+    #: Mean seconds of one timed tidelake commit, by base table rows.
+    commit_s_by_rows: dict[int, float] = field(default_factory=dict)
+    driver_peak_rss_mib: float | None = None
+    #: Per lake: (rows expected after all batches, rows found) — the correctness check.
+    rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def row_errors(self) -> list[str]:
+        return [
+            f"{lake} holds {found:,} rows, expected {expected:,}"
+            for lake, (expected, found) in self.rows.items()
+            if expected != found
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table_rows": self.plan.table_rows,
+            "large_rows": self.plan.large_rows,
+            "batch_events": self.plan.batch_events,
+            "timed_batches": self.plan.batches - 1,
+            "batch_mix": {
+                "updates": self.updates,
+                "inserts": self.inserts,
+                "deletes": self.deletes,
+            },
+            "contenders": {name: c.to_json() for name, c in self.contenders.items()},
+            "base_build_s": {str(k): round(v, 1) for k, v in self.base_build_s.items()},
+            "commit_s_by_rows": {str(k): round(v, 3) for k, v in self.commit_s_by_rows.items()},
+            "driver_peak_rss_mib": self.driver_peak_rss_mib,
+            "rows_expected_found": {k: list(v) for k, v in self.rows.items()},
+        }
+
+
+def bench_config(home: Path, plan: IngestPlan, **env: str) -> Config:
+    """The ingest's default configuration under ``home``, one manifest per round."""
+    environ = {
+        "TIDELAKE_HOME": str(home),
+        "TIDELAKE_INGEST__MAX_BATCH_EVENTS": str(plan.batch_events),
+        **env,
+    }
+    return load_config(None, environ=environ)
+
+
+def _base_frame(spark: SparkSession, rows: int) -> DataFrame:
+    """``rows`` orders with ids ``1..rows``, typed exactly like the lake table."""
+    schema = schema_for(COLUMNS)
+    statuses = "array('new','paid','packed','shipped','delivered','returned')"
+    parts = max(1, -(-rows // ROWS_PER_FILE))
+    frame = spark.range(1, rows + 1, 1, parts).selectExpr(
+        "id",
+        "id % 50000 + 1 AS customer_id",
+        "CAST((id % 100000) / 100 AS DECIMAL(12,2)) AS order_total",
+        f"element_at({statuses}, CAST(id % 6 + 1 AS INT)) AS status",
+        "date_add(DATE'2024-01-01', CAST(id % 365 AS INT)) AS order_date",
+        "timestamp_seconds(1704067200 + id % 31536000) AS updated_at",
+        "'insert' AS _tl_op",
+        f"concat_ws('.', lpad('{BASE_TSO}', 20, '0'), lpad(CAST(id AS STRING), 20, '0'), "
+        f"repeat('0', 20)) AS {ORDERING_FIELD}",
+        f"timestamp_millis({BASE_COMMIT_MS}) AS _tl_commit_ts",
+        "current_timestamp() AS _tl_ingest_ts",
+        "CAST(0 AS BIGINT) AS _tl_seq",
+        "false AS _hoodie_is_deleted",
+    )
+    return frame.to(schema)
+
+
+def build_base_table(spark: SparkSession, cfg: Config, rows: int) -> float:
+    """Write the base table of ``cfg``'s lake with ``bulk_insert``; seconds it took."""
+    path = table_path(cfg.lake_root, DATABASE, TABLE)
+    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}) | {
+        "hoodie.datasource.write.operation": "bulk_insert",
+        # Keep each Spark partition (a contiguous id range) in its own files.
+        "hoodie.bulkinsert.sort.mode": "NONE",
+    }
+    started = time.perf_counter()
+    _base_frame(spark, rows).write.format("hudi").options(**options).mode("overwrite").save(path)
+    return time.perf_counter() - started
+
+
+def _write_input(spark: SparkSession, batch: BenchBatch, directory: Path) -> int:
+    """The typed records of ``batch`` (what tidelake upserts) as one Parquet file."""
+    typed = build_batch(TABLE_ID, batch.events, PK)
+    frame = spark.createDataFrame(typed.rows, typed.schema)
+    frame.coalesce(1).write.mode("overwrite").parquet(str(directory))
+    return len(typed.rows)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _jvm_pid(spark: SparkSession) -> int:
+    jvm: Any = spark.sparkContext._jvm
+    return int(jvm.java.lang.ProcessHandle.current().pid())
+
+
+def _count(spark: SparkSession, path: str) -> int:
+    return int(spark.read.format("hudi").load(path).count())
+
+
+def run_ingest_bench(home: Path, plan: IngestPlan, log: Log) -> IngestResult:
+    """Build the bases, stage the batches, run every contender; see the module docstring."""
+    result = IngestResult(plan)
+    small = bench_config(home / "small", plan)
+    storage = LocalStorage(small.stage_root)
+    spark = build_spark_session(small, app_name="tidelake-bench")
+    sampler = PeakRss(lambda: [_jvm_pid(spark)]).start()
+    try:
+        _run(spark, home, plan, small, storage, result, log)
+    finally:
+        sampler.stop()
+        result.driver_peak_rss_mib = sampler.peak_mib
+        spark.stop()
+    return result
+
+
+def _run(
+    spark: SparkSession,
+    home: Path,
+    plan: IngestPlan,
+    small: Config,
+    storage: LocalStorage,
+    result: IngestResult,
+    log: Log,
+) -> None:
+    log(f"base table: {plan.table_rows:,} rows (bulk_insert)")
+    result.base_build_s[plan.table_rows] = build_base_table(spark, small, plan.table_rows)
+    small_path = table_path(small.lake_root, DATABASE, TABLE)
+    copies = home / "copies"
+    datasource_path = str(copies / "datasource" / DATABASE / TABLE)
+    streamer_path = str(copies / "streamer" / DATABASE / TABLE)
+    shutil.copytree(small_path, datasource_path)
+    jar = utilities_jar()
+    if jar is not None:
+        shutil.copytree(small_path, streamer_path)
+    large: Config | None = None
+    if plan.large_rows:
+        large = bench_config(home / "large", plan)
+        log(f"base table: {plan.large_rows:,} rows (bulk_insert)")
+        result.base_build_s[plan.large_rows] = build_base_table(spark, large, plan.large_rows)
+
+    log(f"staging {plan.batches} batches of {plan.batch_events:,} changes")
+    stream = ChangeStream(plan.table_rows, seed=plan.seed)
+    batches = [stream.stage(storage, plan.batch_events) for _ in range(plan.batches)]
+    first = batches[0]
+    result.updates, result.inserts, result.deletes = first.updates, first.inserts, first.deletes
+    inputs = home / "input"
+    records = [_write_input(spark, b, inputs / f"batch-{i:04d}") for i, b in enumerate(batches)]
+
+    contenders = {n: Contender(n) for n in ("tidelake", "hudi_datasource", "parquet")}
+    if large is not None:
+        contenders[f"tidelake_{plan.large_rows}"] = Contender(f"tidelake_{plan.large_rows}")
+    result.contenders = contenders
+    ingest_small = Ingestor(small, spark, storage)
+    ingest_large = Ingestor(large, spark, storage) if large is not None else None
+    options = hudi_write_options(small.lake, DATABASE, TABLE, PK, {})
+    floor = str(home / "parquet-floor")
+
+    def tidelake_step(ingestor: Ingestor, expected: int) -> None:
+        done = ingestor.step()
+        applied = sum(int(c["events"]) for t in done.tables for c in t.commits)
+        if applied != expected:
+            raise RuntimeError(f"tidelake applied {applied} events of {expected}")
+
+    def hudi_upsert(source: str) -> None:
+        frame = spark.read.parquet(source)
+        frame.write.format("hudi").options(**options).mode("append").save(datasource_path)
+
+    def parquet_append(source: str) -> None:
+        spark.read.parquet(source).write.mode("append").parquet(floor)
+
+    for i, batch in enumerate(batches):
+        source = str(inputs / f"batch-{i:04d}")
+        runs: list[tuple[str, Callable[[], object]]] = [
+            ("tidelake", partial(tidelake_step, ingest_small, len(batch.events))),
+            ("hudi_datasource", partial(hudi_upsert, source)),
+            ("parquet", partial(parquet_append, source)),
+        ]
+        if ingest_large is not None:
+            name = f"tidelake_{plan.large_rows}"
+            runs.append((name, partial(tidelake_step, ingest_large, len(batch.events))))
+        for name, fn in runs:
+            seconds = _timed(fn)
+            contender = contenders[name]
+            if i == 0:
+                contender.warmup_s = seconds
+            else:
+                contender.seconds.append(seconds)
+                contender.records += records[i]
+        log(
+            f"batch {i + 1}/{len(batches)}"
+            + ("" if i else " (warm-up)")
+            + ": "
+            + ", ".join(
+                f"{n} {contenders[n].warmup_s if i == 0 else contenders[n].seconds[-1]:.1f} s"
+                for n, _ in runs
+            )
+        )
+
+    result.commit_s_by_rows[plan.table_rows] = _mean(contenders["tidelake"].seconds)
+    if large is not None and plan.large_rows:
+        result.commit_s_by_rows[plan.large_rows] = _mean(
+            contenders[f"tidelake_{plan.large_rows}"].seconds
+        )
+
+    inserted = sum(b.inserts for b in batches)
+    deleted = sum(b.deletes for b in batches)
+    expected = plan.table_rows + inserted - deleted
+    result.rows["tidelake"] = (expected, _count(spark, small_path))
+    result.rows["hudi_datasource"] = (expected, _count(spark, datasource_path))
+    if large is not None and plan.large_rows:
+        result.rows[f"tidelake_{plan.large_rows}"] = (
+            plan.large_rows + inserted - deleted,
+            _count(spark, table_path(large.lake_root, DATABASE, TABLE)),
+        )
+
+    streamer = Contender("hoodiestreamer")
+    contenders["hoodiestreamer"] = streamer
+    if jar is None:
+        streamer.error = (
+            "hudi-utilities-slim-bundle_2.12-1.1.1.jar is not in the bench jar cache "
+            "(bench/setup could not fetch it from Maven Central)"
+        )
+        return
+    log("HoodieStreamer: spark-submit, continuous, one Parquet file per round")
+    run_hoodiestreamer(small, jar, inputs, streamer_path, records, streamer, home / "logs")
+    if streamer.error is None:
+        result.rows["hoodiestreamer"] = (expected, _count(spark, streamer_path))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+# --- HoodieStreamer ------------------------------------------------------------------------
+
+
+def spark_submit() -> Path:
+    """``spark-submit`` of the installed PySpark."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+
+def completed_instants(path: str) -> list[tuple[str, str]]:
+    """``(requested, completed)`` times of the table's completed write commits, in order of
+    completion, from the Hudi 1.x timeline file names ``<requested>_<completed>.<action>``."""
+    timeline = Path(path) / ".hoodie" / "timeline"
+    out = []
+    for f in timeline.glob("*_*.*"):
+        stem, _, action = f.name.partition(".")
+        if action not in ("commit", "deltacommit"):
+            continue
+        requested, _, completed = stem.partition("_")
+        out.append((requested, completed))
+    return sorted(out, key=lambda rc: rc[1])
+
+
+def instant_seconds(instant: str) -> float:
+    """A Hudi instant (``yyyyMMddHHmmssSSS``, UTC) as seconds since the epoch."""
+    import datetime as dt
+
+    parsed = dt.datetime.strptime(instant[:17], "%Y%m%d%H%M%S%f").replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+def streamer_argv(cfg: Config, jar: Path, target: str, props: Path, source_limit: int) -> list[str]:
+    """The ``spark-submit`` command line of HoodieStreamer: the ingest's Spark settings, the
+    same table type, record key, ordering field and merge mode as tidelake's writes."""
+    conf = session_conf(cfg, app_name="hoodiestreamer-bench")
+    argv = [str(spark_submit()), "--master", conf.pop("spark.master")]
+    conf.pop("spark.app.name", None)
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    argv += [
+        "--class", STREAMER_CLASS, str(jar),
+        "--table-type", cfg.lake.table_type,
+        "--op", "UPSERT",
+        "--source-class", "org.apache.hudi.utilities.sources.ParquetDFSSource",
+        "--source-ordering-fields", ORDERING_FIELD,
+        "--merge-mode", "EVENT_TIME_ORDERING",
+        "--target-base-path", target,
+        "--target-table", hudi_table_name(DATABASE, TABLE),
+        "--props", props.as_uri(),
+        "--source-limit", str(source_limit),
+        "--continuous",
+        "--min-sync-interval-seconds", "0",
+        "--post-write-termination-strategy-class",
+        "org.apache.hudi.utilities.streamer.NoNewDataTerminationStrategy",
+    ]  # fmt: skip
+    return argv
+
+
+def streamer_props(cfg: Config, source_root: Path) -> dict[str, str]:
+    """HoodieStreamer's properties: tidelake's write options of the table, the DFS source
+    root, and stop after one round without new data."""
+    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {})
+    options.pop("hoodie.datasource.write.commitmeta.key.prefix", None)
+    return options | {
+        "hoodie.streamer.source.dfs.root": source_root.as_uri(),
+        "max.rounds.without.new.data.to.shutdown": "1",
+    }
+
+
+def run_hoodiestreamer(
+    cfg: Config,
+    jar: Path,
+    inputs: Path,
+    target: str,
+    records: list[int],
+    contender: Contender,
+    logs: Path,
+) -> None:
+    """Feed the batches' Parquet files to one continuous HoodieStreamer, one file per round
+    (``--source-limit`` just above the largest file; modification times one apart)."""
+    source_root = inputs.parent / "streamer-input"
+    source_root.mkdir(parents=True, exist_ok=True)
+    sizes = []
+    base_mtime = time.time() - 3600
+    for i in range(len(records)):
+        part = next((inputs / f"batch-{i:04d}").glob("part-*.parquet"))
+        dest = source_root / f"batch-{i:04d}.parquet"
+        shutil.copyfile(part, dest)
+        os.utime(dest, (base_mtime + 10 * i, base_mtime + 10 * i))
+        sizes.append(dest.stat().st_size)
+    props = inputs.parent / "hoodiestreamer.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in streamer_props(cfg, source_root).items()))
+    argv = streamer_argv(cfg, jar, target, props, max(sizes) + 1)
+    logs.mkdir(parents=True, exist_ok=True)
+    before = len(completed_instants(target))
+    with (logs / "hoodiestreamer.log").open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
+        try:
+            code = proc.wait(STREAMER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = -9
+        finally:
+            sampler.stop()
+    contender.peak_rss_mib = sampler.peak_mib
+    commits = completed_instants(target)[before:]
+    if code != 0 or len(commits) < len(records):
+        tail = (logs / "hoodiestreamer.log").read_text(errors="replace").splitlines()[-15:]
+        contender.error = (
+            f"HoodieStreamer exited {code} after {len(commits)} of {len(records)} commits: "
+            + " | ".join(tail)
+        )[:2000]
+        return
+    done = [instant_seconds(completed) for _, completed in commits[: len(records)]]
+    first_requested = instant_seconds(commits[0][0])
+    contender.warmup_s = done[0] - first_requested
+    contender.seconds = [b - a for a, b in itertools.pairwise(done)]
+    contender.records = sum(records[1:])

@@ -1,0 +1,200 @@
+"""The result of one ``tidelake bench`` run: its JSON shape, its targets, its Markdown.
+
+The JSON object (``--json`` prints it as the last stdout line) has the headline numbers at
+the top level — :data:`HEADLINE` — and each part's details under ``details``. A contender
+that could not run has ``null`` and its reason under ``errors``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidelake.bench.stats import ratio
+
+#: Top-level keys every result carries (null when not measured).
+HEADLINE = (
+    "stage_events_per_s",
+    "nats_bench_events_per_s",
+    "ingest_records_per_s",
+    "hoodiestreamer_records_per_s",
+    "parquet_records_per_s",
+    "freshness_p50_s",
+    "freshness_p99_s",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One goal of issue 8 and how a result is checked against it."""
+
+    name: str
+    text: str
+
+
+TARGETS = (
+    Target("freshness_p99", "freshness p99 <= 10 s at 1,000 events/s"),
+    Target("stager", "stager >= 50,000 events/s on one core, or >= 0.5x nats bench"),
+    Target("ingest_vs_hoodiestreamer", "ingest >= 1.5x HoodieStreamer records/s"),
+    Target("commit_growth", "commit time at 10M rows <= 1.3x at 1M rows"),
+)
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured, with where and when."""
+
+    quick: bool
+    started_at: str = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    elapsed_s: float = 0.0
+    machine: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
+    #: Load averages (1, 5, 15 min) at the start and end of the run and of each part.
+    load: dict[str, list[float]] = field(default_factory=dict)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def targets(self) -> dict[str, dict[str, Any]]:
+        """Each target with the measured value and whether it is met (None: not measured)."""
+        n = self.numbers
+        stage_ok: bool | None = None
+        per_cpu, vs_nats = n.get("stage_events_per_cpu_s"), n.get("stage_vs_nats_bench")
+        if per_cpu is not None or vs_nats is not None:
+            stage_ok = (per_cpu or 0) >= 50_000 or (vs_nats or 0) >= 0.5
+        p99 = n.get("freshness_p99_s")
+        vs_hs = n.get("ingest_vs_hoodiestreamer")
+        growth = n.get("commit_growth")
+        values: dict[str, tuple[Any, bool | None]] = {
+            "freshness_p99": (p99, None if p99 is None else p99 <= 10),
+            "stager": (
+                {"events_per_cpu_s": per_cpu, "vs_nats_bench": vs_nats},
+                stage_ok,
+            ),
+            "ingest_vs_hoodiestreamer": (vs_hs, None if vs_hs is None else vs_hs >= 1.5),
+            "commit_growth": (growth, None if growth is None else growth <= 1.3),
+        }
+        return {
+            t.name: {"target": t.text, "value": values[t.name][0], "met": values[t.name][1]}
+            for t in TARGETS
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {key: self.numbers.get(key) for key in HEADLINE}
+        out |= {k: v for k, v in self.numbers.items() if k not in out}
+        out |= {
+            "quick": self.quick,
+            "started_at": self.started_at,
+            "elapsed_s": self.elapsed_s,
+            "load_average": self.load,
+            "machine": self.machine,
+            "versions": self.versions,
+            "targets": self.targets(),
+            "errors": self.errors,
+            "details": self.details,
+        }
+        return out
+
+
+def derive(numbers: dict[str, Any]) -> dict[str, Any]:
+    """The ratios the targets are about, from the measured numbers."""
+    n = numbers
+    return {
+        "stage_vs_nats_bench": ratio(n.get("stage_events_per_s"), n.get("nats_bench_events_per_s")),
+        "ingest_vs_hoodiestreamer": ratio(
+            n.get("ingest_records_per_s"), n.get("hoodiestreamer_records_per_s")
+        ),
+        "ingest_vs_hudi_datasource": ratio(
+            n.get("ingest_records_per_s"), n.get("hudi_datasource_records_per_s")
+        ),
+        "ingest_vs_parquet": ratio(n.get("ingest_records_per_s"), n.get("parquet_records_per_s")),
+        "commit_growth": ratio(n.get("commit_s_large"), n.get("commit_s_small")),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+#: (label, key) rows of the Markdown results table, in order.
+_ROWS = (
+    ("stager events/s (wall)", "stage_events_per_s"),
+    ("stager events per CPU second (one core)", "stage_events_per_cpu_s"),
+    ("nats bench js fetch events/s (ceiling, mean of 2)", "nats_bench_events_per_s"),
+    ("stager / nats bench", "stage_vs_nats_bench"),
+    ("ingest records/s: tidelake", "ingest_records_per_s"),
+    ("ingest records/s: Hudi datasource, same records", "hudi_datasource_records_per_s"),
+    ("ingest records/s: HoodieStreamer", "hoodiestreamer_records_per_s"),
+    ("ingest records/s: Parquet append (floor)", "parquet_records_per_s"),
+    ("tidelake / HoodieStreamer", "ingest_vs_hoodiestreamer"),
+    ("tidelake / Hudi datasource", "ingest_vs_hudi_datasource"),
+    ("freshness p50 s", "freshness_p50_s"),
+    ("freshness p99 s", "freshness_p99_s"),
+    ("commit s, small table", "commit_s_small"),
+    ("commit s, large table", "commit_s_large"),
+    ("commit growth large / small", "commit_growth"),
+    ("stager peak RSS MiB", "stager_peak_rss_mib"),
+    ("Spark driver (JVM) peak RSS MiB, ingest bench", "driver_peak_rss_mib"),
+    ("ingest process + JVM peak RSS MiB, pipeline", "ingest_peak_rss_mib"),
+)
+
+
+def render_markdown(result: BenchResult, title: str | None = None) -> str:
+    """One run as a Markdown section for ``docs/benchmarks.md``."""
+    n = result.numbers
+    m = result.machine
+    v = result.versions
+    mode = "quick" if result.quick else "full"
+    lines = [
+        f"### {title or 'Run'} — {result.started_at} ({mode}, {result.elapsed_s:,.0f} s)",
+        "",
+        f"Machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, "
+        f"Linux {m.get('kernel')}, Python {m.get('python')}. "
+        "Load average (1/5/15 min) "
+        + "; ".join(f"{k} {' / '.join(str(x) for x in val)}" for k, val in result.load.items())
+        + ".",
+        "",
+        "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".",
+        "",
+        f"Sizes: {n.get('stage_events', 0):,} messages staged; ingest batches of "
+        f"{n.get('batch_events', 0):,} changes (70% updates, 20% inserts, 10% deletes) into "
+        f"{n.get('table_rows', 0):,} rows, {n.get('timed_batches', 0)} timed after one "
+        f"warm-up; commit time at {n.get('rows_small', 0):,} vs {n.get('rows_large') or 0:,} "
+        f"rows; freshness at {n.get('freshness_rate', 0):,.0f} events/s for "
+        f"{n.get('freshness_seconds', 0):,.0f} s.",
+        "",
+        "| measurement | value |",
+        "|---|---|",
+    ]
+    lines += [f"| {label} | {_fmt(n.get(key))} |" for label, key in _ROWS]
+    lines += ["", "| target | value | met |", "|---|---|---|"]
+    for t in result.targets().values():
+        lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
+    if result.errors:
+        lines += ["", "Not measured:", ""] + [f"- {e}" for e in result.errors]
+    return "\n".join(lines) + "\n"
+
+
+RUNS_HEADING = "## Runs"
+
+
+def append_run(path: Path, result: BenchResult, title: str | None = None) -> None:
+    """Append the run under the ``## Runs`` heading of ``path`` (created when missing)."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if RUNS_HEADING not in text:
+        text = text.rstrip("\n") + f"\n\n{RUNS_HEADING}\n"
+    path.write_text(text.rstrip("\n") + "\n\n" + render_markdown(result, title))

@@ -1,0 +1,212 @@
+"""``tidelake bench``: the parts in one run, their numbers in one result.
+
+Parts run one after the other, never at the same time (each would slow the others): the
+stager against ``nats bench``, the ingest contenders, then the pipeline's freshness. The
+machine's load average is recorded before and after each part.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tidelake.bench import machine, tools
+from tidelake.bench.freshness import run_freshness_bench
+from tidelake.bench.ingest import IngestPlan, run_ingest_bench
+from tidelake.bench.report import BenchResult, derive
+from tidelake.bench.stage import run_stage_bench
+
+PARTS = ("stage", "ingest", "freshness")
+#: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
+MARKER = ".tidelake-bench"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each part is."""
+
+    stage_events: int
+    ingest: IngestPlan
+    freshness_rate: float
+    freshness_seconds: float
+
+
+#: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
+FULL = Sizes(
+    stage_events=200_000,
+    ingest=IngestPlan(table_rows=1_000_000, batch_events=20_000, batches=4, large_rows=10_000_000),
+    freshness_rate=1_000,
+    freshness_seconds=300,
+)
+#: Under 10 minutes on 2 cores: 10x smaller tables (50k and 500k rows), a minute of freshness.
+QUICK = Sizes(
+    stage_events=30_000,
+    ingest=IngestPlan(table_rows=50_000, batch_events=5_000, batches=3, large_rows=500_000),
+    freshness_rate=1_000,
+    freshness_seconds=60,
+)
+
+
+@dataclass
+class BenchOptions:
+    """What ``tidelake bench`` is asked to do."""
+
+    quick: bool = False
+    home: Path = Path(".tidelake/bench")
+    parts: tuple[str, ...] = PARTS
+    sizes: Sizes | None = None
+    setup: bool = True
+    keep: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def effective_sizes(self) -> Sizes:
+        return self.sizes or (QUICK if self.quick else FULL)
+
+
+def _prepare_home(home: Path) -> None:
+    if home.exists():
+        if not (home / MARKER).exists():
+            raise SystemExit(f"{home} exists and was not made by the bench; refusing to wipe it")
+        shutil.rmtree(home)
+    home.mkdir(parents=True)
+    (home / MARKER).write_text("made by tidelake bench; removed by the next bench run\n")
+
+
+def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
+    """Run the asked parts; a failing part is recorded in the result, never raised."""
+    started = time.monotonic()
+    sizes = opts.effective_sizes
+    result = BenchResult(quick=opts.quick)
+    home = opts.home.resolve()
+    _prepare_home(home)
+
+    def log(message: str) -> None:
+        console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {message}")
+
+    if opts.setup and tools.run_setup():
+        log("bench set-up done (bench/setup)")
+    nats = tools.nats_cli()
+    result.machine = machine.machine()
+    result.versions = machine.versions(nats)
+    result.load["start"] = machine.load_average()
+    n: dict[str, Any] = {}
+    part_runs: dict[str, Callable[[], None]] = {
+        "stage": lambda: _stage(home, sizes, nats, n, result, log),
+        "ingest": lambda: _ingest(home, sizes, n, result, log),
+        "freshness": lambda: _freshness(home, sizes, n, result, log, console),
+    }
+    for part in PARTS:
+        if part not in opts.parts:
+            continue
+        result.load[f"{part} start"] = machine.load_average()
+        try:
+            part_runs[part]()
+        except Exception as exc:  # a broken part must not hide the others' numbers
+            result.errors.append(f"{part}: {type(exc).__name__}: {exc}"[:2000])
+        result.load[f"{part} end"] = machine.load_average()
+    n |= derive(n)
+    result.numbers = n
+    result.load["end"] = machine.load_average()
+    result.elapsed_s = round(time.monotonic() - started, 1)
+    if not opts.keep:
+        shutil.rmtree(home, ignore_errors=True)
+    return result
+
+
+def _stage(
+    home: Path,
+    sizes: Sizes,
+    nats: str | None,
+    n: dict[str, Any],
+    result: BenchResult,
+    log: Callable[[str], None],
+) -> None:
+    stage = run_stage_bench(home / "stage", sizes.stage_events, log, nats)
+    result.details["stage"] = stage.to_json()
+    n |= {
+        "stage_events": stage.events,
+        "stage_events_per_s": stage.stage_events_per_s,
+        "stage_events_per_cpu_s": stage.stage_events_per_cpu_s,
+        "nats_bench_events_per_s": stage.nats_bench_events_per_s,
+        "stager_peak_rss_mib": stage.stager_peak_rss_mib,
+    }
+    if stage.stage_error:
+        result.errors.append(f"stage: {stage.stage_error}")
+    result.errors += [f"nats bench: {r.error}" for r in stage.nats_bench if r.error][:1]
+    log(
+        f"stager {_num(stage.stage_events_per_s)} events/s "
+        f"({_num(stage.stage_events_per_cpu_s)} per CPU second), "
+        f"nats bench {_num(stage.nats_bench_events_per_s)} events/s"
+    )
+
+
+def _ingest(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    plan = sizes.ingest
+    ingest = run_ingest_bench(home / "ingest", plan, log)
+    result.details["ingest"] = ingest.to_json()
+    c = ingest.contenders
+    n |= {
+        "table_rows": plan.table_rows,
+        "batch_events": plan.batch_events,
+        "timed_batches": plan.batches - 1,
+        "ingest_records_per_s": c["tidelake"].records_per_s,
+        "hudi_datasource_records_per_s": c["hudi_datasource"].records_per_s,
+        "hoodiestreamer_records_per_s": c["hoodiestreamer"].records_per_s,
+        "parquet_records_per_s": c["parquet"].records_per_s,
+        "rows_small": plan.table_rows,
+        "rows_large": plan.large_rows,
+        "commit_s_small": _round(ingest.commit_s_by_rows.get(plan.table_rows)),
+        "commit_s_large": _round(ingest.commit_s_by_rows.get(plan.large_rows or 0)),
+        "driver_peak_rss_mib": ingest.driver_peak_rss_mib,
+    }
+    result.errors += [f"{name}: {x.error}" for name, x in c.items() if x.error]
+    result.errors += [f"ingest: {e}" for e in ingest.row_errors()]
+    log(
+        f"ingest records/s: tidelake {_num(c['tidelake'].records_per_s)}, Hudi datasource "
+        f"{_num(c['hudi_datasource'].records_per_s)}, HoodieStreamer "
+        f"{_num(c['hoodiestreamer'].records_per_s)}, Parquet {_num(c['parquet'].records_per_s)}"
+    )
+
+
+def _freshness(
+    home: Path,
+    sizes: Sizes,
+    n: dict[str, Any],
+    result: BenchResult,
+    log: Callable[[str], None],
+    console: Console,
+) -> None:
+    fresh = run_freshness_bench(
+        home / "freshness", sizes.freshness_rate, sizes.freshness_seconds, log, console
+    )
+    result.details["freshness"] = fresh.to_json()
+    n |= {
+        "freshness_rate": sizes.freshness_rate,
+        "freshness_seconds": sizes.freshness_seconds,
+        "freshness_p50_s": fresh.freshness_p50_s,
+        "freshness_p99_s": fresh.freshness_p99_s,
+        "ingest_peak_rss_mib": fresh.ingest_peak_rss_mib,
+        "pipeline_stager_peak_rss_mib": fresh.stager_peak_rss_mib,
+    }
+    if fresh.error:
+        result.errors.append(f"freshness: {fresh.error}")
+    if fresh.mismatches:
+        result.errors.append(f"freshness: the lake differs from the source ({fresh.mismatches})")
+    log(f"freshness p50 {fresh.freshness_p50_s} s, p99 {fresh.freshness_p99_s} s")
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"

@@ -1,0 +1,91 @@
+"""The stager under benchmark, in a process of its own: ``python -m
+tidelake.bench.stage_worker CONFIG`` stages everything pending (``Stager.run(once=True)``,
+the production loop) and prints one JSON line: messages, wall and CPU seconds from the start
+of the loop to the last batch's acks, and the process's peak resident memory (``VmHWM``).
+
+Its own process, so that its CPU time and memory are the stager's alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import sys
+import time
+from typing import Any
+
+import orjson
+from nats.aio.msg import Msg
+
+from tidelake.bench.memory import status_kib
+from tidelake.config import load_config
+from tidelake.stage.batch import Batch
+from tidelake.stage.consumer import Stager
+from tidelake.stage.manifest import Manifest
+from tidelake.stage.storage import open_storage
+
+
+class TimedStager(Stager):
+    """A :class:`Stager` that notes when its last batch was acknowledged."""
+
+    last_acked_at: float = 0.0
+
+    async def _finish(self, batch: Batch[Msg]) -> Manifest:
+        manifest = await super()._finish(batch)
+        self.last_acked_at = time.perf_counter()
+        return manifest
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def stage_all(config_path: str) -> dict[str, Any]:
+    from tidelake.bus.connection import connect
+    from tidelake.bus.provision import ensure_consumer, ensure_streams
+
+    cfg = load_config(config_path)
+    if not cfg.bus.url:
+        raise SystemExit("the bench config has no bus.url")
+    nc = await connect(cfg.bus, cfg.bus.url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, cfg.bus)
+        await ensure_consumer(js, cfg.bus)
+        stager = TimedStager(nc, cfg.bus, cfg.stage, open_storage(cfg.stage_root))
+        cpu0 = _cpu_s()
+        started = time.perf_counter()
+        stats = await stager.run(once=True)
+        cpu = _cpu_s() - cpu0
+        info = await js.consumer_info(cfg.bus.stream.name, cfg.bus.consumer.durable)
+    finally:
+        await nc.close()
+    return {
+        "received": stats.received,
+        "staged": stats.staged,
+        "dead_lettered": stats.dead_lettered,
+        "batches": stats.batches,
+        "seconds": round(stager.last_acked_at - started, 4),
+        "cpu_s": round(cpu, 3),
+        "peak_rss_kib": status_kib_self(),
+        "num_pending": info.num_pending,
+        "num_ack_pending": info.num_ack_pending,
+    }
+
+
+def status_kib_self() -> int | None:
+    import os
+
+    return status_kib(os.getpid(), "VmHWM")
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m tidelake.bench.stage_worker CONFIG")
+    result = asyncio.run(stage_all(sys.argv[1]))
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The bench's own tools: the NATS CLI and the HoodieStreamer jar, put in place by
+``bench/setup`` (Go module proxy, Maven Central) in directories of the project's own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tidelake.lake.spark import HUDI_BUNDLE_JAR
+
+#: Environment variables that point at the tools instead (same names as bench/setup uses).
+GO_BIN_ENV = "TIDELAKE_GO_BIN"
+BENCH_JARS_ENV = "TIDELAKE_BENCH_JARS"
+#: HoodieStreamer's bundle (bench/jars.txt): the same Hudi version as the writer's bundle.
+UTILITIES_JAR = "hudi-utilities-slim-bundle_2.12-1.1.1.jar"
+
+
+def repo_root() -> Path | None:
+    """The checkout this package runs from (an editable install), holding ``bench/setup``."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "bench" / "setup").is_file() and (parent / "pyproject.toml").is_file():
+            return parent
+    return None
+
+
+def run_setup() -> bool:
+    """Run ``bench/setup`` (idempotent) when this is a checkout; False when there is none."""
+    root = repo_root()
+    if root is None:
+        return False
+    subprocess.run([str(root / "bench" / "setup")], check=False, stdout=subprocess.DEVNULL)
+    return True
+
+
+def go_bin() -> Path:
+    if os.environ.get(GO_BIN_ENV):
+        return Path(os.environ[GO_BIN_ENV])
+    root = repo_root()
+    return (root or Path.cwd()) / ".cache" / "bin"
+
+
+def nats_cli() -> str | None:
+    """The ``nats`` executable: the bench's own build first, then ``PATH``."""
+    own = go_bin() / "nats"
+    if own.is_file() and os.access(own, os.X_OK):
+        return str(own)
+    return shutil.which("nats")
+
+
+def bench_jar_dir() -> Path:
+    if os.environ.get(BENCH_JARS_ENV):
+        return Path(os.environ[BENCH_JARS_ENV])
+    root = repo_root()
+    return (root or Path.cwd()) / ".cache" / "bench-jars"
+
+
+def utilities_jar() -> Path | None:
+    jar = bench_jar_dir() / UTILITIES_JAR
+    return jar if jar.is_file() else None
+
+
+def hudi_bundle_jar(jar_cache: Path) -> Path:
+    return jar_cache / HUDI_BUNDLE_JAR

@@ -1,0 +1,74 @@
+"""The bench result: its JSON shape, its targets and its Markdown."""
+
+from pathlib import Path
+
+import orjson
+
+from tidelake.bench.report import HEADLINE, RUNS_HEADING, BenchResult, append_run, derive
+
+
+def _result(**numbers: object) -> BenchResult:
+    result = BenchResult(quick=True, machine={"nproc": 2, "cpu_model": "test CPU"})
+    result.numbers = dict(numbers) | derive(dict(numbers))
+    result.load = {"start": [1.0, 2.0, 3.0], "end": [1.5, 2.0, 3.0]}
+    return result
+
+
+def test_json_holds_every_headline_key_even_when_not_measured() -> None:
+    """The issue's seven keys are always there; what was not measured is null."""
+    out = _result(stage_events_per_s=1000.0).to_json()
+    assert set(HEADLINE) <= set(out)
+    assert 1000.0 == out["stage_events_per_s"]
+    assert None is out["hoodiestreamer_records_per_s"]
+    # One line of JSON: what `tidelake bench --json` prints last.
+    assert out == orjson.loads(orjson.dumps(out))
+
+
+def test_ratios_are_derived_from_the_numbers() -> None:
+    """Stager vs nats bench, ingest vs each contender, commit growth."""
+    derived = derive(
+        {
+            "stage_events_per_s": 20_000.0,
+            "nats_bench_events_per_s": 40_000.0,
+            "ingest_records_per_s": 3_000.0,
+            "hoodiestreamer_records_per_s": 2_000.0,
+            "commit_s_small": 2.0,
+            "commit_s_large": 2.4,
+        }
+    )
+    assert 0.5 == derived["stage_vs_nats_bench"]
+    assert 1.5 == derived["ingest_vs_hoodiestreamer"]
+    assert 1.2 == derived["commit_growth"]
+    assert None is derived["ingest_vs_parquet"]
+
+
+def test_targets_are_met_or_not_or_unknown() -> None:
+    """Each of the issue's targets is checked; one without a number is neither met nor not."""
+    targets = _result(
+        freshness_p99_s=12.0,
+        stage_events_per_s=20_000.0,
+        nats_bench_events_per_s=30_000.0,
+        stage_events_per_cpu_s=30_000.0,
+    ).targets()
+    assert False is targets["freshness_p99"]["met"]
+    assert True is targets["stager"]["met"]  # 0.667x nats bench
+    assert None is targets["ingest_vs_hoodiestreamer"]["met"]
+    assert None is targets["commit_growth"]["met"]
+
+
+def test_runs_are_appended_under_the_runs_heading(tmp_path: Path) -> None:
+    """The method stays on top; each run adds a section with machine, load and numbers."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nMethod.\n")
+    result = _result(freshness_p50_s=2.5)
+    result.errors = ["hoodiestreamer: jar missing"]
+    append_run(doc, result)
+    append_run(doc, result)
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nMethod.\n")
+    assert 1 == text.count(RUNS_HEADING)
+    assert 2 == text.count("### Run")
+    assert "2 CPUs (test CPU)" in text
+    assert "start 1.0 / 2.0 / 3.0" in text
+    assert "| freshness p50 s | 2.5 |" in text
+    assert "- hoodiestreamer: jar missing" in text
