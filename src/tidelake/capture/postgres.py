@@ -109,12 +109,17 @@ class RelationInfo:
         )
 
 
-def relation_ddl(old: RelationInfo, new: RelationInfo) -> list[tuple[str, str]]:
+def relation_ddl(
+    old: RelationInfo, new: RelationInfo, defaults: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     """``[(ddl type, statement)]`` turning ``old`` into ``new``: the ALTER-equivalent DDL.
 
     Written in PostgreSQL syntax with the new relation's qualified name. A column whose name
     changed at the same place with the same type, while the old name is gone, is a rename.
+    An added column carries its ``DEFAULT`` from ``defaults`` (the catalog's expression): it
+    is the value the rows that existed before the ALTER hold, which the lake must fill in.
     """
+    defaults = defaults or {}
     out: list[tuple[str, str]] = []
     table = f"{_simple(new.namespace)}.{_simple(new.name)}"
     if (old.namespace, old.name) != (new.namespace, new.name):
@@ -140,9 +145,11 @@ def relation_ddl(old: RelationInfo, new: RelationInfo) -> list[tuple[str, str]]:
         if name in renamed.values():
             continue
         if name not in old_cols:
+            default = f" DEFAULT {defaults[name]}" if name in defaults else ""
             out.append(
-                ("ALTER", f"ALTER TABLE {table} ADD COLUMN {_simple(name)} {new.types[name]}")
-            )
+                ("ALTER",
+                 f"ALTER TABLE {table} ADD COLUMN {_simple(name)} {new.types[name]}{default}")
+            )  # fmt: skip
         elif old_cols[name][1:] != col[1:]:
             out.append(
                 ("ALTER", f"ALTER TABLE {table} ALTER COLUMN {_simple(name)} "
@@ -264,6 +271,16 @@ class PostgresSource:
             (relid,),
         )
         return tuple(str(r[0]) for r in rows)
+
+    def column_defaults(self, relid: int) -> dict[str, str]:
+        """Column → default expression, as the catalog holds it now."""
+        rows = self._query(
+            "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+            "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = %s AND NOT a.attisdropped",
+            (relid,),
+        )
+        return {str(name): str(expr) for name, expr in rows}
 
     def catalog_relation(self, cur: Any, relid: int) -> RelationInfo:
         """A relation as the catalog describes it (inside the snapshot: as of the snapshot)."""
@@ -675,7 +692,7 @@ class PostgresSource:
         self._relations[message.relid] = new
         if old is None or not self._captured(new):
             return
-        for ddl_type, statement in relation_ddl(old, new):
+        for ddl_type, statement in relation_ddl(old, new, self.column_defaults(new.relid)):
             position = txn.next_position()
             sink.put(
                 self.encoder.ddl(

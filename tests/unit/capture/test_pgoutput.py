@@ -80,6 +80,10 @@ def test_added_column_becomes_add_column() -> None:
     old = _rel([("id", 23, -1), ("v", 25, -1)])
     new = _rel([("id", 23, -1), ("v", 25, -1), ("note", 25, -1)])
     assert relation_ddl(old, new) == [("ALTER", "ALTER TABLE shop.t ADD COLUMN note text")]
+    with_default = relation_ddl(old, new, {"note": "'n/a'::text"})
+    assert with_default == [
+        ("ALTER", "ALTER TABLE shop.t ADD COLUMN note text DEFAULT 'n/a'::text")
+    ]
 
 
 def test_dropped_renamed_and_retyped_columns() -> None:
