@@ -23,6 +23,14 @@ demo: setup ## Run the whole pipeline end to end on embedded defaults and verify
 dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (locked npm packages, astro build)
 	@scripts/dashboard --force
 
+.PHONY: demo-mariadb
+demo-mariadb: setup ## The demo against a private MariaDB: SQL workload, binlog capture, verify
+	$(TL) demo --source mariadb
+
+.PHONY: demo-postgres
+demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgoutput capture, verify
+	$(TL) demo --source postgres
+
 .PHONY: test
 test: export SETUP_CHROMIUM := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
