@@ -229,6 +229,8 @@ async function poll(): Promise<void> {
     const status = await resp.json();
     lastOk = Date.now();
     render(status);
+    syncTableChoices(status);
+    void pollDeadLetters(status);
     $("last-updated").textContent = `updated ${new Date(lastOk).toISOString().slice(11, 19)} UTC`;
   } catch (err) {
     unreachable(err instanceof Error ? err.message : String(err));
@@ -245,6 +247,68 @@ async function control(action: string, table: string): Promise<void> {
   await poll();
 }
 
+let polls = 0;
+let explorerNext: number | null = null;
+
+/** The dead letters (every 5th poll: they change rarely), with replay / discard buttons. */
+async function pollDeadLetters(s: Json): Promise<void> {
+  if (!s.bus.up) return;
+  if (polls++ % 5 !== 0 && String(s.bus.dlq?.messages) === $("dlq-body").dataset.count) return;
+  const resp = await fetch(`${apiBase}/api/dlq?limit=20`, { headers: headers(), cache: "no-store" });
+  if (!resp.ok) return;
+  const page = await resp.json();
+  $("dlq-body").dataset.count = String(s.bus.dlq?.messages);
+  $("dlq-body").innerHTML = page.messages.length
+    ? page.messages
+        .map(
+          (m: Json) => `<tr data-dlq="${m.dlq_seq}"><td>${m.dlq_seq}</td><td>${clock(m.time_ms)}</td>
+          <td>${esc(m.original_subject)}</td><td>${num(m.original_seq)}</td>
+          <td title="${esc(m.reason)}">${esc(String(m.reason ?? "").slice(0, 60))}</td>
+          <td><button data-dlq-action="replay" data-seq="${m.dlq_seq}">replay</button>
+          <button data-dlq-action="discard" data-seq="${m.dlq_seq}">discard</button></td></tr>`,
+        )
+        .join("")
+    : `<tr><td colspan="6" class="muted">none</td></tr>`;
+}
+
+async function deadLetter(action: string, seq: string): Promise<void> {
+  if (action === "discard" && !confirm(`discard dead letter ${seq} for good?`)) return;
+  await fetch(`${apiBase}/api/dlq/${seq}/${action}`, { method: "POST", headers: headers() });
+  polls = 0;
+  await poll();
+}
+
+/** A page of the stream for the chosen table, from the chosen sequence. */
+async function explore(startSeq: number | null): Promise<void> {
+  const q = new URLSearchParams({ limit: "20" });
+  const table = ($("explorer-table") as HTMLSelectElement).value;
+  if (table) q.set("table", table);
+  if (startSeq) q.set("start_seq", String(startSeq));
+  const resp = await fetch(`${apiBase}/api/messages?${q}`, { headers: headers(), cache: "no-store" });
+  if (!resp.ok) {
+    $("messages-body").innerHTML = `<tr><td colspan="6">HTTP ${resp.status}</td></tr>`;
+    return;
+  }
+  const page = await resp.json();
+  explorerNext = page.next_seq;
+  $("explorer-next").hidden = !explorerNext;
+  $("messages-body").innerHTML = page.messages
+    .map(
+      (m: Json) => `<tr data-seq="${m.seq}"><td>${m.seq}</td><td>${clock(m.time_ms)}</td>
+        <td>${esc(m.table ?? m.subject)}</td><td>${num(m.size)}</td>
+        <td data-state="${esc(m.state)}">${esc(m.state)}</td><td>${m.in_lake ? "yes" : "no"}</td></tr>`,
+    )
+    .join("");
+}
+
+function syncTableChoices(s: Json): void {
+  const select = $("explorer-table") as HTMLSelectElement;
+  const have = new Set(Array.from(select.options).map((o) => o.value));
+  for (const t of s.tables) {
+    if (!have.has(t.table)) select.add(new Option(t.table, t.table));
+  }
+}
+
 export function start(): void {
   $("interval").textContent = String(intervalMs / 1000);
   $("tables-body").addEventListener("click", (ev) => {
@@ -253,6 +317,18 @@ export function start(): void {
       void control(target.dataset.action, target.dataset.table);
     }
   });
+  $("dlq-body").addEventListener("click", (ev) => {
+    const target = ev.target as HTMLElement;
+    if (target.dataset.dlqAction && target.dataset.seq) {
+      void deadLetter(target.dataset.dlqAction, target.dataset.seq);
+    }
+  });
+  $("explorer").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const seq = Number(($("explorer-seq") as HTMLInputElement).value) || null;
+    void explore(seq);
+  });
+  $("explorer-next").addEventListener("click", () => void explore(explorerNext));
   const loop = async (): Promise<void> => {
     await poll();
     setTimeout(loop, intervalMs);

@@ -29,6 +29,7 @@ from browserkit import screenshot
 from playwright.sync_api import Page, expect
 
 from tidelake.api.heartbeat import write_heartbeat
+from tidelake.bus import dlq
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats, free_port
@@ -46,6 +47,8 @@ class Site:
     lake_state: Path
     stage_state: Path
     serve: StageProcess
+    config_path: Path
+    nats: EmbeddedNats
 
     def beat(self) -> None:
         """Heartbeats of a live stager and ingest."""
@@ -113,7 +116,12 @@ def site(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Callable[..., Site]]:
         lake_state = Path(cfg.lake_root) / "_tidelake"
         lake_state.mkdir(parents=True, exist_ok=True)
         return Site(
-            f"http://127.0.0.1:{port}", lake_state, Path(cfg.stage_root) / "_tidelake", serve
+            f"http://127.0.0.1:{port}",
+            lake_state,
+            Path(cfg.stage_root) / "_tidelake",
+            serve,
+            config_path,
+            nats,
         )
 
     yield make
@@ -220,3 +228,36 @@ def test_dashboard_of_a_running_pipeline_follows_a_tables_freshness(
         assert screenshot(page, "running-pipeline").stat().st_size > 10_000
     finally:
         pipeline.stop()
+
+
+def test_dead_letters_can_be_discarded_and_messages_explored_from_the_page(
+    page: Page, site: Callable[..., Site]
+) -> None:
+    """The page lists a dead letter with its reason and discards it on request; the message
+    explorer pages a table's messages with their stager state and whether the lake has them."""
+    s = site({"shop.orders": 3})
+    s.commit("shop.orders", 2, int(time.time() * 1000), events=2)
+    s.beat()
+    cfg = load_config(s.config_path, environ={})
+    subject = cfg.bus.stream.subjects[0].removesuffix(">") + "shop.orders"
+    pipe = Pipeline(s.config_path.parent, cfg, s.config_path, s.nats, "", None)
+    pipe.publish(
+        [(dlq.dlq_subject(cfg.bus.dlq.subject_prefix, subject), b"{oops")],
+        headers=dlq.dlq_headers("not JSON: oops", subject, 4, 1),
+    )
+    page.on("dialog", lambda d: d.accept())
+    _open(page, s.url)
+    row = page.locator("[data-dlq]")
+    expect(row).to_have_count(1, timeout=15_000)
+    expect(row).to_contain_text("not JSON: oops")
+    assert screenshot(page, "dead-letters").stat().st_size > 10_000
+    row.get_by_role("button", name="discard").click()
+    expect(page.locator("[data-dlq]")).to_have_count(0, timeout=15_000)
+    expect(page.get_by_test_id("card-dlq")).to_have_text("0", timeout=15_000)
+    page.get_by_test_id("explorer-table").select_option("shop.orders")
+    page.get_by_test_id("explorer").get_by_role("button", name="show").click()
+    rows = page.locator("#messages-body tr")
+    expect(rows).to_have_count(3, timeout=15_000)
+    expect(rows.first.locator("[data-state]")).to_have_text("pending")
+    expect(rows.nth(1)).to_contain_text("yes")
+    expect(rows.nth(2)).to_contain_text("no")
