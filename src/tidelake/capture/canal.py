@@ -76,6 +76,15 @@ class CanalEncoder:
         self.source = source
         self.prefix = msg_id_prefix or source
         self._id = 0
+        # The sqlType of the last types mapping: every row of a table (or of a binlog event)
+        # shares one mapping object, so it is computed once, not per row.
+        self._types_ref: Mapping[str, str] | None = None
+        self._sql_types: dict[str, int] = {}
+
+    def _sql_types_of(self, types: Mapping[str, str]) -> dict[str, int]:
+        if types is not self._types_ref:
+            self._types_ref, self._sql_types = types, _sql_types(types)
+        return self._sql_types
 
     def _message(
         self, body: dict[str, Any], database: str, table: str, position: Position, ms: int
@@ -121,9 +130,9 @@ class CanalEncoder:
             "es": commit_ts_ms,
             "ts": int(time.time() * 1000),
             "sql": "",
-            "sqlType": _sql_types(types),
-            "mysqlType": dict(types),
-            "data": [dict(data)],
+            "sqlType": self._sql_types_of(types),
+            "mysqlType": types if isinstance(types, dict) else dict(types),
+            "data": [data if isinstance(data, dict) else dict(data)],
             "old": [changed] if changed is not None else None,
         }
         return self._message(body, database, table, position, commit_ts_ms)
