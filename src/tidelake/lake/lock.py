@@ -30,7 +30,6 @@ import orjson
 
 from tidelake.config import Config
 from tidelake.errors import IngestError, Terminal
-from tidelake.lake.hudi import TIDELAKE_DIR, local_dir
 
 LOCK_NAME = "ingest.lock"
 
@@ -41,9 +40,9 @@ class LakeLockedError(IngestError, Terminal):
 
 def lock_path(config: Config) -> Path:
     """Where the writer lock of ``config``'s lake lives."""
-    local = local_dir(config.lake_root)
-    base = local / TIDELAKE_DIR if local is not None else config.home.resolve()
-    return base / LOCK_NAME
+    # The ingest's state directory: <lake>/_tidelake, or lake.state_dir / <home>/state for
+    # a lake on object storage (config.lake_state_dir).
+    return config.lake_state_dir / LOCK_NAME
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:
