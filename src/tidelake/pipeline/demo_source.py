@@ -186,10 +186,10 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
             finally:
                 conn.close()
             _check_children(children)
-            result.events = run.statements
-            result.publish_events_per_s = round(run.statements / max(run.elapsed_s, 1e-9), 1)
+            result.events = run.rows_changed
+            result.publish_events_per_s = round(run.rows_changed / max(run.elapsed_s, 1e-9), 1)
             published = asyncio.run(
-                _captured(cfg, nats.url, run.statements, opts.catch_up_timeout_s)
+                _captured(cfg, nats.url, run.rows_changed, opts.catch_up_timeout_s)
             )
             commits = _wait_for_lake(
                 published,

@@ -114,6 +114,9 @@ class SqlRunResult:
 
     transactions: int = 0
     statements: int = 0
+    #: Rows the statements changed: what the change log holds (MySQL logs no row event for
+    #: an UPDATE that sets the values a row already has; PostgreSQL does).
+    rows_changed: int = 0
     elapsed_s: float = 0.0
 
 
@@ -139,6 +142,7 @@ def run_sql_workload(
             for sql, params in statements(_changes([m.payload for m in txn])):
                 cur.execute(sql, params)
                 result.statements += 1
+                result.rows_changed += max(cur.rowcount, 0)
             conn.commit()
             result.transactions += 1
             if on_progress is not None:
