@@ -38,9 +38,10 @@ test: setup ## Run the test suite (unit, integration on real services, e2e)
 
 CHAOS_SEED ?= 1
 CHAOS_EVENTS ?= 30000
+CHAOS_SOURCE ?= mariadb
 .PHONY: chaos
-chaos: setup ## Long chaos run (>= 50 kill -9 over nats-server, stager, ingest); JSON result last
-	$(TL) chaos --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate 150 --min-kills 50 --min-kills-each 10 --json
+chaos: setup ## Long chaos run: >= 50 kill -9 over capture, nats-server, stager, ingest; JSON last
+	$(TL) chaos --source $(CHAOS_SOURCE) --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate 150 --min-kills 50 --min-kills-each 10 --json
 
 .PHONY: unit
 unit: setup ## Run the unit tests only (fast, no services)

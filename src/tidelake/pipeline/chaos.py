@@ -48,7 +48,7 @@ from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
-from tidelake.workload.orders import OrderWorkload, WorkloadSpec
+from tidelake.workload.orders import DATABASE, SCHEMAS, OrderWorkload, WorkloadSpec
 
 log = structlog.get_logger(__name__)
 
@@ -240,6 +240,12 @@ class _WorkloadSource:
     def configure(self, data: dict[str, Any]) -> dict[str, Any]:
         return data
 
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def add_victims(self, env: dict[str, str], logs: Path) -> None:
+        return None
+
     def start(self, cfg: Config, url: str) -> None:
         def publish() -> None:
             try:
@@ -252,6 +258,9 @@ class _WorkloadSource:
 
     def finished(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
+
+    def published(self, cfg: Config, url: str) -> bool:
+        return self.finished()  # the publisher returns once every PubAck is in
 
     @property
     def events(self) -> int:
@@ -270,6 +279,103 @@ class _WorkloadSource:
 
     def close(self) -> None:
         return None
+
+
+class _MariaDBSource:
+    """A private MariaDB changed by the order workload as SQL; ``tidelake capture`` (a victim
+    like the others) turns its binlog into canal-json. Verified against the live tables."""
+
+    def __init__(self, opts: ChaosOptions, home: Path) -> None:
+        from tidelake.capture.servers import MariaDBServer
+
+        self.opts = opts
+        self.server = MariaDBServer(home / "mariadb")
+        self.victims: tuple[Victim, ...] = ()
+        self.error: BaseException | None = None
+        self.rows_changed = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def dsn(self) -> str:
+        return f"mysql://{self.server.user}@{self.server.host}:{self.server.port}/"
+
+    def configure(self, data: dict[str, Any]) -> dict[str, Any]:
+        from tidelake.workload.sql import schema_statements
+
+        self.server.start()
+        conn = self.server.connect()
+        try:
+            with conn.cursor() as cur:
+                for statement in schema_statements("mysql"):
+                    cur.execute(statement)
+        finally:
+            conn.close()
+        return {**data, "capture": {"source": self.dsn, "tables": ["shop.*"]}}
+
+    def env(self) -> dict[str, str]:
+        return {"TIDELAKE_CAPTURE__PASSWORD": self.server.password}
+
+    def add_victims(self, env: dict[str, str], logs: Path) -> None:
+        capture = StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
+        self.victims = (ProcessVictim(capture, can_pause=True),)
+
+    def start(self, cfg: Config, url: str) -> None:
+        from tidelake.workload.sql import run_sql_workload
+
+        def write() -> None:
+            conn = self.server.connect(autocommit=False)
+            try:
+                run = run_sql_workload(
+                    conn,
+                    WorkloadSpec(events=self.opts.events, seed=self.opts.seed),
+                    rate=self.opts.rate,
+                    should_stop=self._stop.is_set,
+                )
+                self.rows_changed = run.rows_changed
+            except BaseException as exc:
+                self.error = exc
+            finally:
+                conn.close()
+
+        self._thread = threading.Thread(target=write, name="sql-workload", daemon=True)
+        self._thread.start()
+
+    def finished(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def published(self, cfg: Config, url: str) -> bool:
+        """The workload is done and the capture has published every change it made."""
+        if not self.finished():
+            return False
+        last, _, _ = asyncio.run(_stream_position(cfg, url))
+        return last >= self.rows_changed
+
+    @property
+    def events(self) -> int:
+        return self.rows_changed
+
+    def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
+        from tidelake.capture.verify import verify_table
+
+        out: dict[str, dict[str, Any]] = {}
+        for table in SCHEMAS:
+            c = verify_table(self.dsn, cfg.lake_root, f"{DATABASE}.{table}", self.server.password)
+            if c.error:
+                raise RuntimeError(f"verify {c.table}: {c.error}")
+            out[c.table] = {
+                "rows_expected": c.rows_source,
+                "rows_in_lake": c.rows_lake,
+                "mismatches": c.mismatches,
+                "samples": c.samples,
+            }
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.server.stop()
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -445,7 +551,9 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
     home = opts.home.resolve()
     _prepare_home(home)
     server = EmbeddedNats(home / "nats")
-    source = _WorkloadSource(opts)
+    source: _WorkloadSource | _MariaDBSource = (
+        _MariaDBSource(opts, home) if opts.source == "mariadb" else _WorkloadSource(opts)
+    )
     victims: list[Victim] = []
     chaos: _Chaos | None = None
     try:
@@ -453,9 +561,10 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         config_path = _write_config(home, server.url, opts, source.configure({}))
         cfg = load_config(config_path, environ={})
         asyncio.run(_provision(cfg, server.url))
-        env = {"TIDELAKE_CONFIG": str(config_path)}
+        env = {"TIDELAKE_CONFIG": str(config_path), **source.env()}
         logs = home / "logs"
         state_dir = Path(cfg.lake_root) / "_tidelake"
+        source.add_victims(env, logs)
         victims = [
             NatsVictim(server),
             ProcessVictim(
@@ -492,7 +601,8 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         if source.error is not None:
             raise RuntimeError(f"the source failed: {source.error!r}") from source.error
         catch_up_started = time.monotonic()
-        _wait_for_lake(cfg, server.url, chaos, source.finished, opts.catch_up_timeout_s)
+        url = server.url
+        _wait_for_lake(cfg, url, chaos, lambda: source.published(cfg, url), opts.catch_up_timeout_s)
         result.catch_up_s = round(time.monotonic() - catch_up_started, 1)
         for victim in victims[1:]:
             if isinstance(victim, ProcessVictim):
