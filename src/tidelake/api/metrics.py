@@ -205,6 +205,7 @@ class SnapshotCollector(Collector):
         for stage, record, activity in (
             ("stager", snap.stager, 0),
             ("ingest", snap.ingest, last_commit),
+            *((("capture", snap.capture, 0),) if snap.capture else ()),
         ):
             up.add_metric([stage], int(is_up(record, snap.now_ms, last_activity_ms=activity)))
             a = heartbeat_age_s(record, snap.now_ms)

@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from tidelake.api.heartbeat import heartbeat_age_s, is_up
+from tidelake.api.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
 from tidelake.api.jetstream import JetStream, is_bus_error
 from tidelake.api.records import Histogram, LakeRecord, StageRecord
 from tidelake.config import Config
@@ -59,7 +59,8 @@ class Snapshot:
     bus_error: str | None
     stale_after_s: float
     capture_lag_s: dict[str, float] = field(default_factory=dict)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    #: tidelake's own capture, when one runs here (TiCDC or Debezium producers write none).
+    capture: dict[str, Any] | None = None
 
 
 def _capture_lag_s(data: bytes | None, seq: int, stored_ms: int | None) -> float | None:
@@ -115,6 +116,9 @@ class Monitor:
             lake=self.lake,
             stager=await asyncio.to_thread(self.stage.heartbeat),
             ingest=self.lake.heartbeat(),
+            capture=read_heartbeat(
+                self.cfg.capture_position_file.parent / HEARTBEAT_DIR, "capture"
+            ),
             bus=None,
             bus_error=None,
             stale_after_s=self.stale_after_s,
@@ -143,30 +147,35 @@ class Monitor:
             snap.bus_error = self._bus_error
         else:
             self._bus_error = None
-        snap.errors = self._errors(snap)
         return snap
-
-    def _errors(self, snap: Snapshot) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if snap.bus_error:
-            out.append({"source": "bus", "message": snap.bus_error})
-        for table, reason in self.lake.paused.items():
-            out.append({"source": "ingest", "table": table, "message": f"paused: {reason}"})
-        for name, record in (("ingest", snap.ingest), ("stager", snap.stager)):
-            if record and record.get("last_error"):
-                out.append({"source": name, "message": str(record["last_error"])})
-        dlq = (snap.bus or {}).get("dlq") or {}
-        if dlq.get("messages"):
-            out.append(
-                {
-                    "source": "stager",
-                    "message": f"{dlq['messages']} message(s) in the dead-letter queue",
-                }
-            )
-        return out
 
     async def close(self) -> None:
         await self.bus.close()
+
+
+def errors_of(snap: Snapshot) -> list[dict[str, Any]]:
+    """What an operator must look at: bus failures, paused tables, stage errors, dead letters."""
+    out: list[dict[str, Any]] = []
+    if snap.bus_error:
+        out.append({"source": "bus", "message": snap.bus_error})
+    for table, reason in snap.lake.paused.items():
+        out.append({"source": "ingest", "table": table, "message": f"paused: {reason}"})
+    for name, record in (
+        ("ingest", snap.ingest),
+        ("stager", snap.stager),
+        ("capture", snap.capture),
+    ):
+        if record and record.get("last_error"):
+            out.append({"source": name, "message": str(record["last_error"])})
+    dlq = (snap.bus or {}).get("dlq") or {}
+    if dlq.get("messages"):
+        out.append(
+            {
+                "source": "stager",
+                "message": f"{dlq['messages']} message(s) in the dead-letter queue",
+            }
+        )
+    return out
 
 
 # --- rendering: the status JSON -------------------------------------------------------------
@@ -248,6 +257,9 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
         problems.append("the ingest is down")
     if not stager_up:
         problems.append("the stager is down")
+    capture_down = snap.capture is not None and not is_up(snap.capture, snap.now_ms)
+    if capture_down:
+        problems.append("the capture is down")
     for t in tables:
         if t["state"] in ("stale", "paused"):
             problems.append(f"{t['table']} is {t['state']}")
@@ -256,7 +268,7 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
     dlq = ((snap.bus or {}).get("dlq") or {}).get("messages", 0)
     if dlq:
         problems.append(f"{dlq} dead letter(s)")
-    if not ingest_up or not stager_up:
+    if not ingest_up or not stager_up or capture_down:
         return "down", problems
     if any(t["state"] in ("stale", "paused") for t in tables):
         return "stale", problems
@@ -286,6 +298,7 @@ def status_json(snap: Snapshot) -> dict[str, Any]:
         "processes": {
             "stager": _process(snap.stager, snap.now_ms),
             "ingest": _process(snap.ingest, snap.now_ms, _last_commit_ms(snap)),
+            **({"capture": _process(snap.capture, snap.now_ms)} if snap.capture else {}),
         },
         "bus": {"up": snap.bus is not None, "error": snap.bus_error, **bus},
         "stage": {
@@ -300,7 +313,7 @@ def status_json(snap: Snapshot) -> dict[str, Any]:
         },
         "tables": tables,
         "recent_commits": list(snap.lake.recent)[-20:][::-1],
-        "errors": snap.errors,
+        "errors": errors_of(snap),
     }
 
 

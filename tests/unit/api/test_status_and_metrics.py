@@ -103,3 +103,17 @@ def test_every_rendered_metric_is_documented_and_every_documented_one_rendered(
     assert rendered == documented
     assert 'tidelake_table_freshness_seconds{table="a.t"}' in text
     assert 'tidelake_pipeline_state{state="healthy"} 1.0' in text
+
+
+def test_a_capture_that_stopped_beating_takes_the_pipeline_down(tmp_path: Path) -> None:
+    """tidelake's capture shows up among the processes once it wrote a heartbeat; one older
+    than the down threshold makes the pipeline down and /metrics says so."""
+    snap = _snapshot(tmp_path, [_commit("a.t", 9, NOW - 1000)], {"a.t": 9})
+    assert "capture" not in status_json(snap)["processes"]
+    snap.capture = {"state": "running", "updated_at_ms": NOW - 60_000, "last_error": "gone"}
+    status = status_json(snap)
+    assert status["processes"]["capture"]["up"] is False
+    assert status["state"] == "down"
+    assert "the capture is down" in status["problems"]
+    assert {"source": "capture", "message": "gone"} in status["errors"]
+    assert 'tidelake_process_up{stage="capture"} 0.0' in render(snap).decode()
