@@ -368,18 +368,28 @@ def bench(
         Path | None, typer.Option(help="append the run to this Markdown file (docs/benchmarks.md)")
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="keep the bench data directory")] = False,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME:key=value,...: one more tidelake ingest with these Hudi options"),
+    ] = None,
 ) -> None:
     """Measure stager, ingest and freshness side by side with nats bench, HoodieStreamer,
     Hudi and Parquet on this machine (docs/benchmarks.md)."""
     from tidelake.bench.report import append_run
-    from tidelake.bench.runner import PARTS, BenchOptions, run_bench
+    from tidelake.bench.runner import PARTS, BenchOptions, parse_variant, run_bench
 
     parts = tuple(part or PARTS)
     if unknown := sorted(set(parts) - set(PARTS)):
         err_console.print(f"[bold red]unknown --part {', '.join(unknown)}[/] (take {PARTS})")
         raise typer.Exit(2)
+    try:
+        variants = dict(parse_variant(v) for v in variant or [])
+    except ValueError as exc:
+        err_console.print(f"[bold red]--variant[/] {exc}")
+        raise typer.Exit(2) from exc
     out = err_console if json else console
-    result = run_bench(BenchOptions(quick=quick, home=home, parts=parts, keep=keep), out)
+    options = BenchOptions(quick=quick, home=home, parts=parts, keep=keep, variants=variants)
+    result = run_bench(options, out)
     if docs is not None:
         append_run(docs, result)
         out.print(f"appended to {docs}")

@@ -79,6 +79,10 @@ class IngestPlan:
     #: Second base size for commit time vs table size; None skips it.
     large_rows: int | None = 10_000_000
     seed: int = 11
+    #: More tidelake contenders, ``tidelake[<name>]``, each on its own copy of the base
+    #: table with these Hudi options added (``lake.hudi_options``): an optimisation measured
+    #: against the defaults in the same run.
+    variants: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -272,6 +276,19 @@ def _run(
     contenders = {n: Contender(n) for n in ("tidelake", "hudi_datasource", "parquet")}
     if large is not None:
         contenders[f"tidelake_{plan.large_rows}"] = Contender(f"tidelake_{plan.large_rows}")
+    variant_ingestors: dict[str, Ingestor] = {}
+    for name, hudi_options in plan.variants.items():
+        variant = bench_config(home / f"variant-{name}", plan)
+        variant = variant.model_copy(
+            update={
+                "lake": variant.lake.model_copy(
+                    update={"hudi_options": variant.lake.hudi_options | hudi_options}
+                )
+            }
+        )
+        shutil.copytree(small_path, table_path(variant.lake_root, DATABASE, TABLE))
+        variant_ingestors[f"tidelake[{name}]"] = Ingestor(variant, spark, storage)
+        contenders[f"tidelake[{name}]"] = Contender(f"tidelake[{name}]")
     result.contenders = contenders
     ingest_small = Ingestor(small, spark, storage)
     ingest_large = Ingestor(large, spark, storage) if large is not None else None
@@ -301,6 +318,8 @@ def _run(
         if ingest_large is not None:
             name = f"tidelake_{plan.large_rows}"
             runs.append((name, partial(tidelake_step, ingest_large, len(batch.events))))
+        for name, ingestor in variant_ingestors.items():
+            runs.append((name, partial(tidelake_step, ingestor, len(batch.events))))
         for name, fn in runs:
             seconds = _timed(fn)
             contender = contenders[name]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,8 @@ class BenchOptions:
     sizes: Sizes | None = None
     setup: bool = True
     keep: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: Extra tidelake ingest contenders: name → Hudi options (IngestPlan.variants).
+    variants: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def effective_sizes(self) -> Sizes:
@@ -99,7 +100,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
     n: dict[str, Any] = {}
     part_runs: dict[str, Callable[[], None]] = {
         "stage": lambda: _stage(home, sizes, nats, n, result, log),
-        "ingest": lambda: _ingest(home, sizes, n, result, log),
+        "ingest": lambda: _ingest(home, sizes, opts.variants, n, result, log),
         "freshness": lambda: _freshness(home, sizes, n, result, log, console),
     }
     for part in PARTS:
@@ -148,9 +149,14 @@ def _stage(
 
 
 def _ingest(
-    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+    home: Path,
+    sizes: Sizes,
+    variants: dict[str, dict[str, str]],
+    n: dict[str, Any],
+    result: BenchResult,
+    log: Callable[[str], None],
 ) -> None:
-    plan = sizes.ingest
+    plan = replace(sizes.ingest, variants=variants)
     ingest = run_ingest_bench(home / "ingest", plan, log)
     result.details["ingest"] = ingest.to_json()
     c = ingest.contenders
@@ -168,6 +174,8 @@ def _ingest(
         "commit_s_large": _round(ingest.commit_s_by_rows.get(plan.large_rows or 0)),
         "driver_peak_rss_mib": ingest.driver_peak_rss_mib,
     }
+    for name in variants:
+        n[f"ingest_records_per_s[{name}]"] = c[f"tidelake[{name}]"].records_per_s
     result.errors += [f"{name}: {x.error}" for name, x in c.items() if x.error]
     result.errors += [f"ingest: {e}" for e in ingest.row_errors()]
     log(
@@ -210,3 +218,18 @@ def _round(value: float | None) -> float | None:
 
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``"lean:hoodie.metadata.enable=false,hoodie.write.markers.type=DIRECT"`` →
+    ``("lean", {...})``."""
+    name, sep, pairs = text.partition(":")
+    if not sep or not name.strip():
+        raise ValueError(f"expected NAME:key=value,... got {text!r}")
+    options: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in pairs.split(","))):
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise ValueError(f"expected key=value, got {pair!r}")
+        options[key.strip()] = value.strip()
+    return name.strip(), options

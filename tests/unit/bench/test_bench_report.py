@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tidelake.bench.report import HEADLINE, RUNS_HEADING, BenchResult, append_run, derive
+from tidelake.bench.runner import parse_variant
 
 
 def _result(**numbers: object) -> BenchResult:
@@ -72,3 +74,14 @@ def test_runs_are_appended_under_the_runs_heading(tmp_path: Path) -> None:
     assert "start 1.0 / 2.0 / 3.0" in text
     assert "| freshness p50 s | 2.5 |" in text
     assert "- hoodiestreamer: jar missing" in text
+
+
+def test_a_variant_names_its_hudi_options() -> None:
+    """``--variant NAME:key=value,...`` for an optimisation measured in the same run."""
+    assert ("lean", {"hoodie.metadata.enable": "false", "hoodie.write.markers.type": "DIRECT"}) == (
+        parse_variant("lean:hoodie.metadata.enable=false, hoodie.write.markers.type=DIRECT")
+    )
+    with pytest.raises(ValueError, match="NAME:key=value"):
+        parse_variant("no-colon")
+    with pytest.raises(ValueError, match="key=value"):
+        parse_variant("x:novalue")
