@@ -61,9 +61,10 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 DATABASE, TABLE = split_table_id(TABLE_ID)
-#: Rows per base file: bulk_insert writes each Spark partition (a contiguous id range) to
-#: its own file, so the base is laid out by key like a table grown by inserts.
-ROWS_PER_FILE = 500_000
+#: Base files per ``table_rows``: bulk_insert writes each Spark partition (a contiguous id
+#: range) to its own file, so a base is laid out by key like a table grown by inserts, and
+#: the ``table_rows`` the updates touch span the same files in a small and a large base.
+FILES_PER_TABLE_ROWS = 2
 STREAMER_CLASS = "org.apache.hudi.utilities.streamer.HoodieStreamer"
 STREAMER_TIMEOUT_S = 1800
 
@@ -165,11 +166,11 @@ def bench_config(home: Path, plan: IngestPlan, **env: str) -> Config:
     return load_config(None, environ=environ)
 
 
-def _base_frame(spark: SparkSession, rows: int) -> DataFrame:
+def _base_frame(spark: SparkSession, rows: int, rows_per_file: int) -> DataFrame:
     """``rows`` orders with ids ``1..rows``, typed exactly like the lake table."""
     schema = schema_for(COLUMNS)
     statuses = "array('new','paid','packed','shipped','delivered','returned')"
-    parts = max(1, -(-rows // ROWS_PER_FILE))
+    parts = max(1, -(-rows // rows_per_file))
     frame = spark.range(1, rows + 1, 1, parts).selectExpr(
         "id",
         "id % 50000 + 1 AS customer_id",
@@ -188,7 +189,7 @@ def _base_frame(spark: SparkSession, rows: int) -> DataFrame:
     return frame.to(schema)
 
 
-def build_base_table(spark: SparkSession, cfg: Config, rows: int) -> float:
+def build_base_table(spark: SparkSession, cfg: Config, rows: int, rows_per_file: int) -> float:
     """Write the base table of ``cfg``'s lake with ``bulk_insert``; seconds it took."""
     path = table_path(cfg.lake_root, DATABASE, TABLE)
     options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}) | {
@@ -197,7 +198,8 @@ def build_base_table(spark: SparkSession, cfg: Config, rows: int) -> float:
         "hoodie.bulkinsert.sort.mode": "NONE",
     }
     started = time.perf_counter()
-    _base_frame(spark, rows).write.format("hudi").options(**options).mode("overwrite").save(path)
+    frame = _base_frame(spark, rows, rows_per_file)
+    frame.write.format("hudi").options(**options).mode("overwrite").save(path)
     return time.perf_counter() - started
 
 
@@ -250,7 +252,8 @@ def _run(
     log: Log,
 ) -> None:
     log(f"base table: {plan.table_rows:,} rows (bulk_insert)")
-    result.base_build_s[plan.table_rows] = build_base_table(spark, small, plan.table_rows)
+    per_file = max(1, plan.table_rows // FILES_PER_TABLE_ROWS)
+    result.base_build_s[plan.table_rows] = build_base_table(spark, small, plan.table_rows, per_file)
     small_path = table_path(small.lake_root, DATABASE, TABLE)
     copies = home / "copies"
     datasource_path = str(copies / "datasource" / DATABASE / TABLE)
@@ -263,7 +266,9 @@ def _run(
     if plan.large_rows:
         large = bench_config(home / "large", plan)
         log(f"base table: {plan.large_rows:,} rows (bulk_insert)")
-        result.base_build_s[plan.large_rows] = build_base_table(spark, large, plan.large_rows)
+        result.base_build_s[plan.large_rows] = build_base_table(
+            spark, large, plan.large_rows, per_file
+        )
 
     log(f"staging {plan.batches} batches of {plan.batch_events:,} changes")
     stream = ChangeStream(plan.table_rows, seed=plan.seed)
