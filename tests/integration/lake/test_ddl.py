@@ -18,9 +18,11 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pytest
 from lakekit import Lake, ddl_event, event
 
 from tidelake.api import control
+from tidelake.errors import IngestError
 from tidelake.lake.evolve import read_blocked
 from tidelake.lake.verify import read_table
 
@@ -245,3 +247,28 @@ def test_kill_9_right_after_a_ddl_commit_then_restart_applies_it_once(
     assert checkpoint is not None
     assert (4, 1) == (checkpoint.seq, checkpoint.schema_version)
     assert lake.rows() == lake.spark_rows()
+
+
+def test_a_table_evolved_with_schema_on_read_is_read_through_spark_not_hudi_rs(
+    lake: Lake,
+) -> None:
+    """Hudi's schema-on-read RENAME COLUMN (done by hand, never by tidelake) makes hudi-rs
+    0.5.0 read the column as NULL: read_table refuses without a session and reads it right
+    through Spark with one."""
+    lake.stage([event("insert", 1, 10, 1, values={"status": "new", "amount": "1.00"})])
+    lake.ingest()
+    settings = {
+        "hoodie.schema.on.read.enable": "true",
+        "hoodie.datasource.write.schema.allow.auto.evolution.column.drop": "true",
+    }
+    try:
+        for key, value in settings.items():
+            lake.spark.conf.set(key, value)
+        lake.spark.sql("ALTER TABLE shop.orders RENAME COLUMN status TO state")
+    finally:
+        for key in settings:
+            lake.spark.conf.unset(key)
+    with pytest.raises(IngestError, match="schema-on-read"):
+        read_table(lake.config.lake_root, "shop.orders")
+    data = read_table(lake.config.lake_root, "shop.orders", spark=lake.spark).to_pylist()
+    assert [("1", "new")] == [(str(r["id"]), r["state"]) for r in data]
