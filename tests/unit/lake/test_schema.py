@@ -23,7 +23,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidelake.lake.schema import LINEAGE_FIELDS, convert_value, schema_for, spark_type
+from tidelake.lake.schema import (
+    LINEAGE_FIELDS,
+    convert_value,
+    is_safe_widening,
+    schema_for,
+    spark_type,
+)
 
 TYPE_CASES: list[tuple[str, DataType]] = [
     ("int", IntegerType()),
@@ -135,3 +141,38 @@ def test_schema_puts_source_columns_first_then_lineage() -> None:
     expected = ["id", "note", *(f.name for f in LINEAGE_FIELDS)]
     assert expected == schema.names
     assert all(f.nullable for f in schema.fields)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "safe"),
+    [
+        ("int", "bigint", True),
+        ("tinyint", "int", True),
+        ("bigint", "int", False),
+        ("bigint", "bigint unsigned", True),
+        ("int", "decimal(10,0)", True),
+        ("int", "decimal(9,0)", False),
+        ("decimal(10,2)", "decimal(12,2)", True),
+        ("decimal(10,2)", "decimal(12,4)", True),
+        ("decimal(10,2)", "decimal(10,3)", False),
+        ("decimal(12,2)", "decimal(10,2)", False),
+        ("float", "double", True),
+        ("double", "float", False),
+        ("int", "double", True),
+        ("bigint", "double", False),
+        ("date", "datetime", True),
+        ("datetime", "date", False),
+        ("int", "varchar(20)", True),
+        ("decimal(10,2)", "text", True),
+        ("datetime", "varchar(32)", True),
+        ("varchar(3)", "int", False),
+        ("double", "varchar(32)", False),
+        ("blob", "text", False),
+        ("varchar(16)", "varchar(64)", True),
+    ],
+)
+def test_safe_widenings_are_the_type_changes_that_keep_every_value(
+    old: str, new: str, safe: bool
+) -> None:
+    """MODIFY / ALTER COLUMN TYPE is applied only when no existing value can change."""
+    assert safe == is_safe_widening(spark_type(old), spark_type(new))
