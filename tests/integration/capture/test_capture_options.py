@@ -3,6 +3,9 @@ reading of a live table."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -101,3 +104,28 @@ def test_verify_reports_counts_and_first_missing_keys(
     assert (3, 0, 3) == (result.rows_source, result.rows_lake, result.missing)
     assert result.samples[0] == "key ('1',) is in the source, not in the lake"
     assert result.hash_source != result.hash_lake
+
+
+def test_verify_verb_exits_1_and_prints_json_when_tables_differ(
+    mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """``tidelake verify --json`` prints one line per table and exits 1 when the lake lacks
+    rows (here: the lake is empty)."""
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE vc")
+        cur.execute("CREATE TABLE vc.t (id int PRIMARY KEY, v varchar(8))")
+        cur.execute("INSERT INTO vc.t VALUES (1, 'a'), (2, 'b')")
+    conn.close()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"home: {tmp_path / 'home'}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "verify", "-c", str(config), "--json",
+         "--source", f"mysql://{mariadb.user}@127.0.0.1:{mariadb.port}/", "--table", "vc.t"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "TIDELAKE_CAPTURE__PASSWORD": mariadb.password},
+    )  # fmt: skip
+    line = orjson.loads(proc.stdout.strip().splitlines()[-1])
+    assert (2, 0, 2, None) == (line["rows_source"], line["rows_lake"], line["mismatches"],
+                               line["error"])  # fmt: skip
+    assert 1 == proc.returncode
