@@ -171,6 +171,8 @@ class PostgresSource:
         self._ctl: Any = None
         self._types: dict[tuple[int, int], str] = {}
         self._relations: dict[int, RelationInfo] = {}
+        self._relations_version: tuple[tuple[int, int], ...] = ()
+        self._relations_saved: dict[str, Any] = {}
         self._confirmed = 0
         self._lock = threading.Lock()
         self.rows = 0
@@ -447,6 +449,14 @@ class PostgresSource:
         sink.resume(self._state("streaming", point), flush_after_s=0)
         self._stream(point, sink, stop)
 
+    def _relations_state(self) -> dict[str, Any]:
+        """The known relations as saved with each resume point; rebuilt only on a change."""
+        version = tuple((k, id(r)) for k, r in self._relations.items())
+        if version != self._relations_version:
+            self._relations_version = version
+            self._relations_saved = {str(k): r.to_dict() for k, r in self._relations.items()}
+        return self._relations_saved
+
     def _state(
         self, phase: str, lsn: int, progress: SnapshotProgress | None = None
     ) -> dict[str, Any]:
@@ -456,7 +466,7 @@ class PostgresSource:
             "lsn": lsn,
             "lsn_text": pgoutput.lsn_text(lsn),
             "slot": self.cfg.slot,
-            "relations": {str(k): r.to_dict() for k, r in self._relations.items()},
+            "relations": self._relations_state(),
         }
         if progress is not None:
             state["snapshot"] = progress.to_dict()

@@ -1,7 +1,8 @@
 """``tidelake run``: every stage of the pipeline on this machine, supervised.
 
 Without ``bus.url`` an embedded nats-server is started with its store under ``home``; the
-stager and the continuous ingest run as child processes (one per stage, as in production)
+capture (when ``capture.source`` is set), the stager and the continuous ingest run as child
+processes (one per stage, as in production)
 and a child that dies is restarted with a growing back-off — every stage resumes from its
 durable state, so a restart loses nothing. SIGTERM/SIGINT stops the children gracefully
 (each finishes its current batch) and then the server.
@@ -70,6 +71,11 @@ def run_pipeline(cfg: Config, config_path: Path | None, *, interval_s: float = 1
             logs / "ingest.log",
         ),
     ]
+    if cfg.capture.source:
+        # tidelake's own capture (docs/capture.md) when a source database is configured.
+        children.insert(
+            0, StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
+        )
     try:
         asyncio.run(_provision(cfg, url))
         for child in children:
