@@ -77,6 +77,14 @@ class DemoResult:
     error: str | None = None
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def measure_freshness(self, published: _Published, commits: list[dict[str, Any]]) -> None:
+        """Freshness percentiles: each message's source commit → the commit covering it."""
+        self.commits = len(commits)
+        fresh = _freshness(published, commits)
+        self.freshness_p50_s = _percentile(fresh, 50)
+        self.freshness_p99_s = _percentile(fresh, 99)
+        self.freshness_max_s = round(max(fresh), 3) if fresh else None
+
     @property
     def ok(self) -> bool:
         return self.error is None and self.mismatches == 0 and self.tables > 0
@@ -329,11 +337,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 opts.catch_up_timeout_s,
                 progress,
             )
-        result.commits = len(commits)
-        fresh = _freshness(published, commits)
-        result.freshness_p50_s = _percentile(fresh, 50)
-        result.freshness_p99_s = _percentile(fresh, 99)
-        result.freshness_max_s = round(max(fresh), 3) if fresh else None
+        result.measure_freshness(published, commits)
         for child in children:
             child.stop()
         result.dlq = asyncio.run(_dlq_depth(cfg, server.url))

@@ -32,8 +32,6 @@ from tidelake.pipeline.demo import (
     DemoOptions,
     DemoResult,
     _dlq_depth,
-    _freshness,
-    _percentile,
     _prepare_home,
     _Published,
     _wait_for_ingest,
@@ -193,16 +191,12 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
             )
             commits = _wait_for_lake(
                 published,
-                Path(cfg.lake_root) / "_tidelake" / "commits.jsonl",
+                cfg.lake_state_dir / "commits.jsonl",
                 children,
                 opts.catch_up_timeout_s,
                 progress,
             )
-        result.commits = len(commits)
-        fresh = _freshness(published, commits)
-        result.freshness_p50_s = _percentile(fresh, 50)
-        result.freshness_p99_s = _percentile(fresh, 99)
-        result.freshness_max_s = round(max(fresh), 3) if fresh else None
+        result.measure_freshness(published, commits)
         for child in children:
             child.stop()
         result.dlq = asyncio.run(_dlq_depth(cfg, nats.url))
