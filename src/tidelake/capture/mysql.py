@@ -41,7 +41,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn
 from tidelake.capture.mysql_values import binlog_type, column_type, render
-from tidelake.capture.runner import CaptureError, Sink
+from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
 from tidelake.capture.tables import TableFilter
 from tidelake.config import CaptureConfig
@@ -126,7 +126,7 @@ class MySQLSource:
         try:
             return pymysql.connect(**opts)
         except pymysql.err.OperationalError as exc:
-            raise CaptureError(f"cannot connect to {self.dsn.redacted()}: {exc}") from exc
+            raise SourceUnavailableError(f"cannot connect to {self.dsn.redacted()}: {exc}") from exc
 
     def _control(self) -> pymysql.connections.Connection[Any]:
         if self._ctl is None or not self._ctl.open:

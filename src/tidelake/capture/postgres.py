@@ -41,7 +41,7 @@ from psycopg2 import sql
 from tidelake.capture import pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
-from tidelake.capture.runner import CaptureError, Sink
+from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
 from tidelake.capture.tables import TableFilter
 from tidelake.config import CaptureConfig
@@ -198,7 +198,7 @@ class PostgresSource:
         try:
             conn = psycopg2.connect(**self._params())
         except psycopg2.OperationalError as exc:
-            raise CaptureError(f"cannot connect to {self.dsn.redacted()}: {exc}") from exc
+            raise SourceUnavailableError(f"cannot connect to {self.dsn.redacted()}: {exc}") from exc
         conn.autocommit = True
         return conn
 
@@ -208,7 +208,7 @@ class PostgresSource:
                 **self._params(), connection_factory=psycopg2.extras.LogicalReplicationConnection
             )
         except psycopg2.OperationalError as exc:
-            raise CaptureError(
+            raise SourceUnavailableError(
                 f"cannot open a replication connection to {self.dsn.redacted()}: {exc}"
             ) from exc
 

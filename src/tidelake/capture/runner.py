@@ -34,7 +34,7 @@ from tidelake.capture.canal import Item, Outgoing, Resume
 from tidelake.capture.position import PositionStore
 from tidelake.capture.publisher import Publisher
 from tidelake.config import Config
-from tidelake.errors import TidelakeError
+from tidelake.errors import Terminal, TidelakeError, Transient
 
 log = structlog.get_logger(__name__)
 
@@ -44,8 +44,12 @@ SINK_BATCH = 512
 DRAIN_INTERVAL_S = 0.2
 
 
-class CaptureError(TidelakeError):
+class CaptureError(TidelakeError, Terminal):
     """The capture cannot go on; the message says what the operator must change."""
+
+
+class SourceUnavailableError(TidelakeError, Transient):
+    """The source database cannot be reached (a restart of the capture may succeed)."""
 
 
 class Source(Protocol):
