@@ -48,7 +48,7 @@ class IngestError(TidelakeError):
     """The ingest failed to apply a batch to Hudi."""
 
 
-class TableRefused(IngestError, Terminal):
+class TableRefused(IngestError, Terminal):  # noqa: N818 -- named for what the caller sees
     """A table cannot be written (no primary key, paused, ...); the message says why."""
 
 

@@ -1,7 +1,7 @@
 """The one internal model: a committed change of one source table, with its ordering position.
 
 Every wire format decodes into :class:`ChangeEvent`; every later stage (staging, ingest,
-verification) works on it and nothing else. See DESIGN.md §1–§2.
+verification) works on it and nothing else. See DESIGN.md §1 and §2.
 """
 
 from __future__ import annotations

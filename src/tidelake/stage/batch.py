@@ -77,7 +77,6 @@ class Batch(Generic[M]):
         #: Stream sequence of the DDL that closed the batch (0 while open).
         self.barrier_seq = 0
 
-
     # -- filling ----------------------------------------------------------------------------
 
     @property
