@@ -528,7 +528,7 @@ def _wait_for_lake(
     cfg: Config, url: str, chaos: _Chaos, source_done: Callable[[], bool], timeout_s: float
 ) -> None:
     """Until the stager has acked everything and the ingest's cursor is at the stream's end."""
-    state_dir = Path(cfg.lake_root) / "_tidelake"
+    state_dir = cfg.lake_state_dir
     deadline = time.monotonic() + timeout_s
     while True:
         chaos.supervise()
@@ -563,7 +563,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         asyncio.run(_provision(cfg, server.url))
         env = {"TIDELAKE_CONFIG": str(config_path), **source.env()}
         logs = home / "logs"
-        state_dir = Path(cfg.lake_root) / "_tidelake"
+        state_dir = cfg.lake_state_dir
         source.add_victims(env, logs)
         victims = [
             NatsVictim(server),

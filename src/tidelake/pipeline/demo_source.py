@@ -161,7 +161,7 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
         ]
         for child in children:
             child.start()
-        _wait_for_ingest(Path(cfg.lake_root) / "_tidelake", children, console)
+        _wait_for_ingest(cfg.lake_state_dir, children, console)
         columns = [
             TextColumn("{task.description:<24}"),
             BarColumn(),
