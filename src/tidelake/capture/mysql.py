@@ -399,7 +399,7 @@ class MySQLSource:
             while not stop.is_set():
                 if stop_key is not None and point_key(base) >= stop_key:
                     return
-                event = reader.fetchone()
+                event = _fetch(reader, start)
                 if event is None:
                     continue
                 if isinstance(event, HeartbeatLogEvent | RotateEvent):
@@ -526,6 +526,23 @@ class MySQLSource:
             )
             self.rows += 1
         return row_index
+
+
+#: ER_MASTER_FATAL_ERROR_READING_BINLOG: the requested binlog file or position is gone.
+_BINLOG_GONE = 1236
+
+
+def _fetch(reader: BinLogStreamReader, start: BinlogPoint) -> Any:
+    try:
+        return reader.fetchone()
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == _BINLOG_GONE:
+            raise CaptureError(
+                f"the binlog no longer holds the capture's position {start[0]}:{start[1]} "
+                f"({exc.args[1]}); changes since then are lost to the capture: empty the lake "
+                "tables and remove the position file to start again with a snapshot"
+            ) from exc
+        raise
 
 
 def _rendered(values: dict[str, Any], types: dict[str, str]) -> dict[str, str | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -129,3 +130,27 @@ def test_verify_verb_exits_1_and_prints_json_when_tables_differ(
     assert (2, 0, 2, None) == (line["rows_source"], line["rows_lake"], line["mismatches"],
                                line["error"])  # fmt: skip
     assert 1 == proc.returncode
+
+
+def test_purged_binlog_position_is_explained(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """A saved position in a binlog file the server no longer has stops the capture with
+    exit 1 and a message saying the changes since then are lost and how to start again."""
+    run = CaptureRun(
+        tmp_path / "capture", nats.url, f"mysql://{mariadb.user}@127.0.0.1:{mariadb.port}/",
+        ["nothing.*"], password=mariadb.password,
+    )  # fmt: skip
+    position = run.config.capture_position_file
+    position.parent.mkdir(parents=True)
+    position.write_text(
+        '{"source": "mysql", "phase": "streaming", "binlog": {"file": "binlog.000999", "pos": 4}}'
+    )
+    run.start()
+    deadline = time.monotonic() + 60
+    while run.process.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 1 == run.process.returncode()
+    log = run.process.log_tail(20)
+    assert "no longer holds the capture's position binlog.000999:4" in log
+    assert "remove the position file" in log
