@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from tidelake.bench import machine, tools
 from tidelake.bench.freshness import run_freshness_bench
@@ -89,7 +90,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
     _prepare_home(home)
 
     def log(message: str) -> None:
-        console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {message}")
+        console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {escape(message)}")
 
     if opts.setup and tools.run_setup():
         log("bench set-up done (bench/setup)")
