@@ -17,6 +17,7 @@ when it holds a character unsafe in a path). Every write is an upsert whose reco
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,33 @@ def is_hudi_table(path: str) -> bool:
     """True when ``path`` (local) holds a Hudi table."""
     local = local_dir(path)
     return local is not None and (local / ".hoodie" / "hoodie.properties").is_file()
+
+
+#: Timeline files of completed actions: a table holding one has data, whatever else it lacks.
+_COMPLETED_ACTIONS = (".commit", ".deltacommit", ".replacecommit")
+
+
+def discard_interrupted_creation(path: str) -> bool:
+    """Remove a local table directory whose creation was killed before it finished.
+
+    Hudi writes ``.hoodie/hoodie.properties`` when it creates a table, before any commit; a
+    process killed in between leaves a ``.hoodie`` without it, and every later write to that
+    path fails. With no properties, no properties backup (left by an interrupted properties
+    update) and no completed commit, the directory holds nothing committed: it is removed so
+    the next write creates the table afresh. Returns True when it removed something.
+    """
+    local = local_dir(path)
+    if local is None:
+        return False
+    meta = local / ".hoodie"
+    if not meta.is_dir() or (meta / "hoodie.properties").exists():
+        return False
+    if (meta / "hoodie.properties.backup").exists():
+        return False
+    if any(f.name.endswith(_COMPLETED_ACTIONS) for f in meta.rglob("*") if f.is_file()):
+        return False
+    shutil.rmtree(local)
+    return True
 
 
 def write_options(

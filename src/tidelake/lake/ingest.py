@@ -51,6 +51,7 @@ from tidelake.lake.hudi import (
     CHECKPOINT_KEY,
     DELETE_FIELD,
     ORDERING_FIELD,
+    discard_interrupted_creation,
     local_dir,
     split_table_id,
     table_path,
@@ -455,6 +456,8 @@ class TableWriter:
             {CHECKPOINT_KEY: checkpoint.to_json()},
             rewrite=rewrite,
         )
+        if discard_interrupted_creation(path):  # a kill -9 while Hudi created the table
+            log.warning("removed a table whose creation was interrupted", table=table_id)
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
         except Exception as exc:  # py4j / Spark errors: keep the first line, chain the rest
