@@ -289,6 +289,21 @@ class Stager:
             self._flushed_floor = max(self._flushed_floor, acked)
             self._next_seq = acked + 1
             return
+        if not info.num_pending and int(info.num_ack_pending or 0) <= len(self._held):
+            # Every message awaiting an ack is one we hold, and none is undelivered: the gap
+            # is pending nowhere, so it was acked — staged in a durable manifest — while the
+            # consumer's ack floor lags (it does after a nats-server kill -9). No redelivery
+            # will ever fill it: waiting would stall the pipeline for good.
+            first_held = min(self._held)
+            log.warning(
+                "gap already acked; the consumer's ack floor lags",
+                seq_from=self._next_seq,
+                seq_to=first_held - 1,
+                ack_floor=acked,
+            )
+            self._flushed_floor = max(self._flushed_floor, first_held - 1)
+            self._next_seq = first_held
+            return
         log.info(
             "holding messages until a gap is redelivered",
             missing=self._next_seq,
