@@ -126,6 +126,8 @@ class IngestResult:
     base_build_s: dict[int, float] = field(default_factory=dict)
     #: Mean seconds of one timed tidelake commit, by base table rows.
     commit_s_by_rows: dict[int, float] = field(default_factory=dict)
+    #: The same for each variant.
+    variant_commit_s_by_rows: dict[str, dict[int, float]] = field(default_factory=dict)
     driver_peak_rss_mib: float | None = None
     #: Per lake: (rows expected after all batches, rows found) — the correctness check.
     rows: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -151,6 +153,10 @@ class IngestResult:
             "contenders": {name: c.to_json() for name, c in self.contenders.items()},
             "base_build_s": {str(k): round(v, 1) for k, v in self.base_build_s.items()},
             "commit_s_by_rows": {str(k): round(v, 3) for k, v in self.commit_s_by_rows.items()},
+            "variant_commit_s_by_rows": {
+                name: {str(k): round(v, 3) for k, v in by_rows.items()}
+                for name, by_rows in self.variant_commit_s_by_rows.items()
+            },
             "driver_peak_rss_mib": self.driver_peak_rss_mib,
             "rows_expected_found": {k: list(v) for k, v in self.rows.items()},
         }
@@ -283,17 +289,22 @@ def _run(
         contenders[f"tidelake_{plan.large_rows}"] = Contender(f"tidelake_{plan.large_rows}")
     variant_ingestors: dict[str, Ingestor] = {}
     for name, hudi_options in plan.variants.items():
-        variant = bench_config(home / f"variant-{name}", plan)
-        variant = variant.model_copy(
-            update={
-                "lake": variant.lake.model_copy(
-                    update={"hudi_options": variant.lake.hudi_options | hudi_options}
-                )
-            }
-        )
-        shutil.copytree(small_path, table_path(variant.lake_root, DATABASE, TABLE))
-        variant_ingestors[f"tidelake[{name}]"] = Ingestor(variant, spark, storage)
-        contenders[f"tidelake[{name}]"] = Contender(f"tidelake[{name}]")
+        bases = [("tidelake", small)] + ([(f"tidelake_{plan.large_rows}", large)] if large else [])
+        for prefix, base in bases:
+            variant = bench_config(home / f"variant-{name}-{prefix}", plan)
+            variant = variant.model_copy(
+                update={
+                    "lake": variant.lake.model_copy(
+                        update={"hudi_options": variant.lake.hudi_options | hudi_options}
+                    )
+                }
+            )
+            shutil.copytree(
+                table_path(base.lake_root, DATABASE, TABLE),
+                table_path(variant.lake_root, DATABASE, TABLE),
+            )
+            variant_ingestors[f"{prefix}[{name}]"] = Ingestor(variant, spark, storage)
+            contenders[f"{prefix}[{name}]"] = Contender(f"{prefix}[{name}]")
     result.contenders = contenders
     ingest_small = Ingestor(small, spark, storage)
     ingest_large = Ingestor(large, spark, storage) if large is not None else None
@@ -343,11 +354,15 @@ def _run(
             )
         )
 
-    result.commit_s_by_rows[plan.table_rows] = _mean(contenders["tidelake"].seconds)
-    if large is not None and plan.large_rows:
-        result.commit_s_by_rows[plan.large_rows] = _mean(
-            contenders[f"tidelake_{plan.large_rows}"].seconds
-        )
+    for suffix in ["", *(f"[{name}]" for name in plan.variants)]:
+        by_rows = result.commit_s_by_rows if not suffix else {}
+        by_rows[plan.table_rows] = _mean(contenders[f"tidelake{suffix}"].seconds)
+        if large is not None and plan.large_rows:
+            by_rows[plan.large_rows] = _mean(
+                contenders[f"tidelake_{plan.large_rows}{suffix}"].seconds
+            )
+        if suffix:
+            result.variant_commit_s_by_rows[suffix.strip("[]")] = by_rows
 
     inserted = sum(b.inserts for b in batches)
     deleted = sum(b.deletes for b in batches)
