@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
+import structlog
 import typer
 from rich.console import Console
 
@@ -32,12 +34,28 @@ ConfigOption = Annotated[
 ]
 
 
+def _configure_logging(level: str) -> None:
+    """structlog to stderr at ``level``: stdout is for tables and JSON."""
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+    )
+
+
+@app.callback()
+def _main() -> None:
+    """Every verb starts at INFO; a verb that loads a config applies its ``log_level``."""
+    _configure_logging("info")
+
+
 def _load(path: Path | None) -> Config:
     try:
-        return load_config(path)
+        cfg = load_config(path)
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
+    _configure_logging(cfg.log_level)
+    return cfg
 
 
 def _print_json(data: Any) -> None:
