@@ -84,6 +84,9 @@ class CaptureRun:
 
 
 async def _read_stream(url: str) -> list[tuple[int, str, bytes]]:
+    """Every stored message once, in stream order. An ordered consumer that resets under load
+    may deliver a message twice; keyed by stream sequence, a repeat cannot push the last
+    messages out of the count."""
     cfg = load_config(None, environ={})
     nc = await connect(cfg.bus, url)
     try:
@@ -91,12 +94,13 @@ async def _read_stream(url: str) -> list[tuple[int, str, bytes]]:
         info = await js.stream_info(cfg.bus.stream.name)
         total = int(info.state.messages)
         sub = await js.subscribe("cdc.>", ordered_consumer=True)
-        out = []
-        for _ in range(total):
+        out: dict[int, tuple[int, str, bytes]] = {}
+        while len(out) < total:
             msg = await sub.next_msg(timeout=10)
-            out.append((int(msg.metadata.sequence.stream), msg.headers["Nats-Msg-Id"], msg.data))
+            seq = int(msg.metadata.sequence.stream)
+            out[seq] = (seq, msg.headers["Nats-Msg-Id"], msg.data)
         await sub.unsubscribe()
-        return out
+        return [out[seq] for seq in sorted(out)]
     finally:
         await nc.close()
 
@@ -142,6 +146,25 @@ def fold(events: list[ChangeEvent], table_id: str) -> dict[Key, dict[str, Any]]:
         else:
             rows[key] = dict(e.after or {})
     return rows
+
+
+def row_differences(
+    expected: dict[Key, dict[str, Any]], actual: dict[Key, dict[str, Any]], show: int = 5
+) -> str:
+    """Empty when both tables hold the same rows, else a short account of how they differ
+    (a plain ``==`` on 100,000 rows makes pytest diff them for many minutes)."""
+    missing = [k for k in expected if k not in actual]
+    extra = [k for k in actual if k not in expected]
+    changed = [k for k in expected if k in actual and expected[k] != actual[k]]
+    if not (missing or extra or changed):
+        return ""
+    lines = [f"{len(missing)} missing, {len(extra)} extra, {len(changed)} differing rows"]
+    lines += [f"missing {k}: {expected[k]}" for k in sorted(missing)[:show]]
+    lines += [f"extra {k}: {actual[k]}" for k in sorted(extra)[:show]]
+    lines += [
+        f"differs {k}: expected {expected[k]} got {actual[k]}" for k in sorted(changed)[:show]
+    ]
+    return "\n".join(lines)
 
 
 def mysql_rows(conn: Any, table_id: str) -> dict[Key, dict[str, Any]]:
