@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.capture.verify import verify_table
@@ -81,18 +82,13 @@ async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> _Publ
                 )
             await asyncio.sleep(0.25)
         published = _Published()
-        sub = await js.subscribe("cdc.>", ordered_consumer=True)
-        try:
-            for _ in range(int(info.state.messages)):
-                msg = await sub.next_msg(timeout=10)
-                body = orjson.loads(msg.data)
-                if body.get("isDdl"):
-                    continue
-                table = str(body["table"])
-                published.seqs[table].append(int(msg.metadata.sequence.stream))
-                published.commit_ms[table].append(int(body["_tidelake"]["commit_ts_ms"]))
-        finally:
-            await sub.unsubscribe()
+        for msg in await scan_stream(js, "cdc.>", int(info.state.messages)):
+            body = orjson.loads(msg.data)
+            if body.get("isDdl"):
+                continue
+            table = str(body["table"])
+            published.seqs[table].append(int(msg.metadata.sequence.stream))
+            published.commit_ms[table].append(int(body["_tidelake"]["commit_ts_ms"]))
         return published
     finally:
         await nc.close()

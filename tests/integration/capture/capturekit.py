@@ -21,6 +21,7 @@ import orjson
 import yaml
 
 from tidelake.bus.connection import connect
+from tidelake.bus.scan import scan_stream
 from tidelake.capture.mysql_values import render
 from tidelake.capture.position import PositionStore
 from tidelake.config import load_config
@@ -84,23 +85,15 @@ class CaptureRun:
 
 
 async def _read_stream(url: str) -> list[tuple[int, str, bytes]]:
-    """Every stored message once, in stream order. An ordered consumer that resets under load
-    may deliver a message twice; keyed by stream sequence, a repeat cannot push the last
-    messages out of the count."""
     cfg = load_config(None, environ={})
     nc = await connect(cfg.bus, url)
     try:
         js = nc.jetstream()
         info = await js.stream_info(cfg.bus.stream.name)
-        total = int(info.state.messages)
-        sub = await js.subscribe("cdc.>", ordered_consumer=True)
-        out: dict[int, tuple[int, str, bytes]] = {}
-        while len(out) < total:
-            msg = await sub.next_msg(timeout=10)
-            seq = int(msg.metadata.sequence.stream)
-            out[seq] = (seq, msg.headers["Nats-Msg-Id"], msg.data)
-        await sub.unsubscribe()
-        return [out[seq] for seq in sorted(out)]
+        return [
+            (int(m.metadata.sequence.stream), m.headers["Nats-Msg-Id"], m.data)
+            for m in await scan_stream(js, "cdc.>", int(info.state.messages))
+        ]
     finally:
         await nc.close()
 
