@@ -196,6 +196,11 @@ def write_options(
             "hoodie.datasource.write.keygenerator.class": (
                 "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
             ),
+            # Key lookups in the metadata table's record index stay bounded by the batch,
+            # where the SIMPLE index reads the keys of every base file: the same commit into
+            # 10M rows took 1.39x its time at 1M instead of 4.1x (docs/benchmarks.md).
+            "hoodie.index.type": "RECORD_INDEX",
+            "hoodie.metadata.record.index.enable": "true",
         }
     if lake.spark.master.startswith("local"):
         # One JVM is driver and executors: an embedded timeline server has nobody to serve,
