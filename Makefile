@@ -34,7 +34,7 @@ demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgo
 .PHONY: test
 test: export SETUP_CHROMIUM := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 CHAOS_SEED ?= 1
 CHAOS_EVENTS ?= 30000
