@@ -19,36 +19,13 @@ def tidelake_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "tidelake.cli", *args]
 
 
-def child_environ(env: dict[str, str], *, inherit_settings: bool) -> dict[str, str]:
-    """The environment of a child stage: ours, then ``env``.
-
-    ``TIDELAKE_…`` variables override a config file's settings. A self-contained run (the
-    demo, the chaos harness, tests) writes the config its children must use, so the caller's
-    own ``TIDELAKE_…`` variables are left out unless ``inherit_settings`` (``tidelake run``,
-    whose children share the operator's configuration and secrets).
-    """
-    base = {
-        k: v for k, v in os.environ.items() if inherit_settings or not k.startswith("TIDELAKE_")
-    }
-    return {**base, **env}
-
-
 class StageProcess:
     """One stage running as a child process, logging to ``log_path``."""
 
-    def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        env: dict[str, str],
-        log_path: Path,
-        *,
-        inherit_settings: bool = False,
-    ) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
         self.argv = argv
         self.env = env
-        self.inherit_settings = inherit_settings
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -59,7 +36,7 @@ class StageProcess:
         try:
             self._proc = subprocess.Popen(
                 self.argv,
-                env=child_environ(self.env, inherit_settings=self.inherit_settings),
+                env={**os.environ, **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -63,28 +63,18 @@ def run_pipeline(cfg: Config, config_path: Path | None, *, interval_s: float = 1
         log.info("embedded nats-server started", url=url, store=str(cfg.nats_store_dir))
     logs = cfg.home.resolve() / "logs"
     children = [
-        StageProcess(
-            "stager", tidelake_argv("stage"), env, logs / "stage.log", inherit_settings=True
-        ),
+        StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
         StageProcess(
             "ingest",
             tidelake_argv("ingest", "--continuous", "--interval", str(interval_s)),
             env,
             logs / "ingest.log",
-            inherit_settings=True,
         ),
     ]
     if cfg.capture.source:
         # tidelake's own capture (docs/capture.md) when a source database is configured.
         children.insert(
-            0,
-            StageProcess(
-                "capture",
-                tidelake_argv("capture"),
-                env,
-                logs / "capture.log",
-                inherit_settings=True,
-            ),
+            0, StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
         )
     try:
         asyncio.run(_provision(cfg, url))
