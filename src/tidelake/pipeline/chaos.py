@@ -47,7 +47,7 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
-from tidelake.pipeline.processes import StageProcess, tidelake_argv
+from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
 from tidelake.workload.orders import DATABASE, SCHEMAS, OrderWorkload, WorkloadSpec
 
 log = structlog.get_logger(__name__)
@@ -561,7 +561,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         config_path = _write_config(home, server.url, opts, source.configure({}))
         cfg = load_config(config_path, environ={})
         asyncio.run(_provision(cfg, server.url))
-        env = {"TIDELAKE_CONFIG": str(config_path), **source.env()}
+        env = {**run_env(config_path, home, server.url), **source.env()}
         logs = home / "logs"
         state_dir = cfg.lake_state_dir
         source.add_victims(env, logs)

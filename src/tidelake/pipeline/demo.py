@@ -34,7 +34,7 @@ from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, load_config
 from tidelake.lake.compare import Comparison, compare_rows, compare_schema
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
-from tidelake.pipeline.processes import StageProcess, tidelake_argv
+from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
 
@@ -305,7 +305,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         config_path.write_text(
             yaml.safe_dump(settings | (store.file_settings() if store else {}), sort_keys=False)
         )
-        env = {"TIDELAKE_CONFIG": str(config_path), **(store.env() if store else {})}
+        env = {**run_env(config_path, home, server.url), **(store.env() if store else {})}
         children = [
             StageProcess("stager", tidelake_argv("stage"), env, home / "logs" / "stage.log"),
             StageProcess(

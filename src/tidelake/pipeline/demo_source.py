@@ -38,7 +38,7 @@ from tidelake.pipeline.demo import (
     _wait_for_ingest,
     _wait_for_lake,
 )
-from tidelake.pipeline.processes import StageProcess, tidelake_argv
+from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
 from tidelake.workload.orders import DATABASE, SCHEMAS, WorkloadSpec
 from tidelake.workload.sql import run_sql_workload, schema_statements
 
@@ -129,7 +129,7 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
         with console.status(f"starting a private {kind} server"):
             database = _start_database(kind, home)
             _create_schema(database, kind)
-        env: dict[str, str] = {"TIDELAKE_CONFIG": str(home / "config.yaml")}
+        env: dict[str, str] = run_env(home / "config.yaml", home, nats.url)
         if isinstance(database, MariaDBServer):
             dsn = f"mysql://{database.user}@{database.host}:{database.port}/"
             env["TIDELAKE_CAPTURE__PASSWORD"] = database.password

@@ -19,6 +19,19 @@ def tidelake_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "tidelake.cli", *args]
 
 
+def run_env(config_path: Path, home: Path, bus_url: str) -> dict[str, str]:
+    """The environment that points a self-contained run's children (demo, chaos) at the
+    config it wrote. ``TIDELAKE_…`` variables override a config file, so the home and the bus
+    are pinned here too: a ``TIDELAKE_HOME`` left in the caller's shell would otherwise send
+    the children to another directory than the one the run watches. Other ``TIDELAKE_…``
+    settings (a Spark master, say) still reach them."""
+    return {
+        "TIDELAKE_CONFIG": str(config_path),
+        "TIDELAKE_HOME": str(home),
+        "TIDELAKE_BUS__URL": bus_url,
+    }
+
+
 class StageProcess:
     """One stage running as a child process, logging to ``log_path``."""
 
