@@ -12,6 +12,13 @@ The loop, and why each step comes where it does:
    manifest (durable: from here on the batch exists), THEN ack every message of the batch
    and flush the connection so the acks reach the server.
 
+Steps 1-2 of the next batch overlap step 3 of the previous one: the pull fetcher keeps the
+next pull request open while a fetched lot is decoded (``bus/pull.py``), and a cut batch is
+written and acked by a task of its own while the loop goes on. At most one batch is being
+written at a time, and a cut waits for it, so manifests appear in stream order and a
+batch's acks still follow its own manifest; :meth:`Stager.stop` and the ``once`` drain wait
+for it too.
+
 A crash before step 3 completes only means redelivery: the batch is staged again and shows
 up as a second manifest whose sequence range overlaps the first (the ingest skips what its
 checkpoint holds; DESIGN.md §3).
@@ -135,6 +142,8 @@ class Stager:
         self.pii = PiiMasker.from_config(stage)
         self.stats = StagerStats()
         self._stop = asyncio.Event()
+        #: The previous batch, being written and acked while the next one fills.
+        self._flushing: asyncio.Task[Manifest] | None = None
         self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
         if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
             raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
@@ -160,7 +169,12 @@ class Stager:
 
     async def run(self, *, once: bool = False) -> StagerStats:
         """Stage until stopped; with ``once``, until the consumer has nothing left for us."""
-        puller = await PullFetcher(self.nc, self.bus.stream.name, self.bus.consumer.durable).start()
+        puller = await PullFetcher(
+            self.nc,
+            self.bus.stream.name,
+            self.bus.consumer.durable,
+            prefetch=self.stage.fetch_batch,
+        ).start()
         await self._init_floor()
         batch: Batch[Msg] = Batch(self.limits)
         try:
@@ -180,25 +194,30 @@ class Stager:
                     if reason is not None:  # the rare path: a durable DLQ copy first
                         await self._dead_letter(batch, msg, reason)
                     if batch.closed or batch.is_due():
-                        await self._finish(batch)
-                        batch = Batch(self.limits)
+                        batch = await self._cut(batch)
                 if batch.is_due() or (batch and (not msgs or self.stopping) and once):
-                    await self._finish(batch)
-                    batch = Batch(self.limits)
-                if once and not msgs and not batch and not self._held and await self._drained():
-                    break
+                    batch = await self._cut(batch)
+                if once and not msgs and not batch and not self._held:
+                    await self._settle()  # the batch being written holds unacked messages
+                    if await self._drained():
+                        break
             await puller.stop()
             # Messages a last reply brought are ours until AckWait: stage them now too.
             for msg in await self._in_order(puller.take_buffered(), batch):
                 if batch.closed or batch.is_due():
-                    await self._finish(batch)
-                    batch = Batch(self.limits)
+                    batch = await self._cut(batch)
                 reason = self._take(batch, msg)
                 if reason is not None:
                     await self._dead_letter(batch, msg, reason)
             if batch:
-                await self._finish(batch)
+                await self._cut(batch)
+            await self._settle()
         finally:
+            task, self._flushing = self._flushing, None
+            if task is not None:  # left only when the loop failed: let it ack, keep our error
+                await asyncio.wait([task])
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("batch not staged", error=repr(task.exception()))
             await puller.stop()
         log.info(
             "stager stopped",
@@ -209,6 +228,26 @@ class Stager:
             batches=self.stats.batches,
         )
         return self.stats
+
+    # -- overlap ----------------------------------------------------------------------------
+    #
+    # A cut batch is written and acked by a task of its own while the loop fetches and
+    # decodes the next one. One such task at a time: the next cut first waits for it, so
+    # manifests are written in stream order, and each task acks only after its manifest.
+
+    async def _cut(self, batch: Batch[Msg]) -> Batch[Msg]:
+        """Start writing ``batch`` (after the previous one is written and acked); return a
+        new, empty batch."""
+        await self._settle()
+        self._flushing = asyncio.create_task(self._finish(batch))
+        return Batch(self.limits)
+
+    async def _settle(self) -> None:
+        """Wait until the batch being written, if any, is written and acked; raise its
+        error."""
+        task, self._flushing = self._flushing, None
+        if task is not None:
+            await task
 
     # -- stream order -----------------------------------------------------------------------
     #
@@ -240,7 +279,9 @@ class Stager:
             elif seq <= self._flushed_floor:
                 await msg.ack()  # already in a durable manifest: its first ack was lost
             else:
-                batch.extra_acks.append(msg)  # in the open batch: acked when it is flushed
+                # In the open batch, or in the one being written: acked with the open
+                # one, whose manifest comes after that one's.
+                batch.extra_acks.append(msg)
         ready = self._take_ready()
         if self._held:
             await self._mind_gap()

@@ -1,0 +1,145 @@
+"""The stager writes a cut batch while the next one fills, without bending the order rules.
+
+A batch's messages are acked only after its manifest is durable, manifests are written in
+stream order (a slow first batch is never overtaken by the second), and a batch that cannot
+be written is never acked: its error stops the stager at the next cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tidelake.config import load_config
+from tidelake.errors import StorageError
+from tidelake.events import ChangeEvent, Op, Position
+from tidelake.stage.batch import Batch
+from tidelake.stage.consumer import Stager
+from tidelake.stage.storage import LocalStorage
+
+
+class RecordingStorage(LocalStorage):
+    """Local storage that logs each write; writes of ``slow`` paths wait for ``gate``."""
+
+    def __init__(self, root: Path, log: list[tuple[str, Any]]) -> None:
+        super().__init__(root)
+        self.log = log
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+
+    def put(self, path: str, data: bytes) -> None:
+        self.gate.wait(10)
+        if self.fail:
+            raise StorageError(f"cannot write {path}: disk full")
+        super().put(path, data)
+        if path.startswith("manifests/"):
+            self.log.append(("manifest", int(path.split("/")[1].split("-")[0])))
+
+
+class FakeMsg:
+    def __init__(self, seq: int, log: list[tuple[str, Any]]) -> None:
+        self.seq = seq
+        self.log = log
+
+    async def ack(self) -> None:
+        self.log.append(("ack", self.seq))
+
+
+async def _flush(timeout: float = 0) -> None:
+    return None
+
+
+def _stager(tmp_path: Path, storage: RecordingStorage) -> Stager:
+    cfg = load_config(None, environ={"TIDELAKE_HOME": str(tmp_path)})
+    nc = SimpleNamespace(jetstream=lambda: None, flush=_flush)
+    stager = Stager(nc, cfg.bus, cfg.stage, storage)  # type: ignore[arg-type]
+    stager._flushed_floor = 0
+    return stager
+
+
+def _batch(stager: Stager, seqs: range, log: list[tuple[str, Any]]) -> Batch[Any]:
+    batch: Batch[Any] = Batch(stager.limits)
+    for seq in seqs:
+        event = ChangeEvent(
+            source="tidb",
+            database="shop",
+            table="orders",
+            op=Op.INSERT,
+            position=Position((1000 + seq, seq)),
+            pk=("id",),
+            key={"id": seq},
+            after={"id": seq},
+        )
+        batch.add_events(FakeMsg(seq, log), seq, 100, [event])
+    return batch
+
+
+def test_acks_follow_their_manifest_and_manifests_keep_stream_order(tmp_path: Path) -> None:
+    """Batch 1-3 is slow to write; batch 4-6 is cut meanwhile. Its manifest still comes after
+    batch 1-3's, and every ack after the manifest of its own batch."""
+    log: list[tuple[str, Any]] = []
+    storage = RecordingStorage(tmp_path / "staging", log)
+    stager = _stager(tmp_path, storage)
+
+    async def main() -> None:
+        storage.gate.clear()
+        await stager._cut(_batch(stager, range(1, 4), log))
+        threading.Timer(0.2, storage.gate.set).start()
+        await stager._cut(_batch(stager, range(4, 7), log))
+        await stager._settle()
+
+    asyncio.run(main())
+    expected = [("manifest", 1), ("ack", 1), ("ack", 2), ("ack", 3)]
+    expected += [("manifest", 4), ("ack", 4), ("ack", 5), ("ack", 6)]
+    assert expected == log
+    assert 6 == stager._flushed_floor
+    assert 2 == stager.stats.batches
+
+
+def test_the_next_batch_fills_while_a_cut_one_is_written(tmp_path: Path) -> None:
+    """A cut returns a new, empty batch at once; the cut batch is acked only once written."""
+    log: list[tuple[str, Any]] = []
+    storage = RecordingStorage(tmp_path / "staging", log)
+    stager = _stager(tmp_path, storage)
+
+    async def main() -> None:
+        storage.gate.clear()
+        started = time.monotonic()
+        fresh = await stager._cut(_batch(stager, range(1, 4), log))
+        assert time.monotonic() - started < 1.0
+        assert 0 == len(fresh)
+        await asyncio.sleep(0.05)
+        assert [] == log  # nothing written, nothing acked yet
+        storage.gate.set()
+        await stager._settle()
+
+    asyncio.run(main())
+    assert [("manifest", 1), ("ack", 1), ("ack", 2), ("ack", 3)] == log
+
+
+def test_a_batch_that_cannot_be_written_is_not_acked_and_stops_the_next_cut(
+    tmp_path: Path,
+) -> None:
+    """The write error of batch 1-3 surfaces at the next cut; nothing is acked, batch 4-6
+    is not written."""
+    log: list[tuple[str, Any]] = []
+    storage = RecordingStorage(tmp_path / "staging", log)
+    storage.fail = True
+    stager = _stager(tmp_path, storage)
+
+    async def main() -> None:
+        await stager._cut(_batch(stager, range(1, 4), log))
+        with pytest.raises(StorageError, match="disk full"):
+            await stager._cut(_batch(stager, range(4, 7), log))
+
+    asyncio.run(main())
+    assert [] == log
+    assert [] == storage.list("manifests")
+    assert 0 == stager._flushed_floor
