@@ -258,6 +258,13 @@ class LakeConfig(_Model):
         {}, description="per table 'db.table': partition columns; none by default"
     )
     hudi_options: dict[str, str] = Field({}, description="extra Hudi write options, all tables")
+    record_index_file_groups: int = Field(
+        2,
+        ge=1,
+        le=10_000,
+        description="metadata-table file groups of a new unpartitioned table's record index "
+        "(fixed when the index is built; more spread key lookups over more executors)",
+    )
     table_services: TableServicesConfig = TableServicesConfig()
     source_timezone: str = Field(
         "UTC", description="zone of the source's TIMESTAMP / DATETIME text (IANA name)"
