@@ -258,12 +258,19 @@ class LakeConfig(_Model):
         {}, description="per table 'db.table': partition columns; none by default"
     )
     hudi_options: dict[str, str] = Field({}, description="extra Hudi write options, all tables")
+    record_index_from_mb: float = Field(
+        64,
+        ge=0,
+        description="an unpartitioned table is indexed by Hudi's SIMPLE index, without a "
+        "metadata table, until its newest base files reach this size; from then on by the "
+        "metadata table's record index (0: from its first commit)",
+    )
     record_index_file_groups: int = Field(
         2,
         ge=1,
         le=10_000,
-        description="metadata-table file groups of a new unpartitioned table's record index "
-        "(fixed when the index is built; more spread key lookups over more executors)",
+        description="metadata-table file groups of a small table's record index (fixed when "
+        "the index is built; a large table gets more; more spread lookups over executors)",
     )
     table_services: TableServicesConfig = TableServicesConfig()
     source_timezone: str = Field(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -113,6 +113,27 @@ def is_hudi_table(path: str) -> bool:
     return local is not None and (local / ".hoodie" / "hoodie.properties").is_file()
 
 
+#: ``hoodie.properties`` key listing the table's metadata-table partitions (empty: none).
+METADATA_PARTITIONS_KEY = "hoodie.table.metadata.partitions"
+
+
+def newest_base_file_bytes(files: Iterable[tuple[str, int]]) -> int:
+    """Bytes of the newest version of each base file among ``(name, size)`` of a table
+    directory: ``<fileId>_<writeToken>_<instant>.parquet``; older versions (kept for
+    readers until cleaning) and log files do not count."""
+    newest: dict[str, tuple[str, int]] = {}
+    for name, size in files:
+        if not name.endswith(".parquet") or name.startswith("."):
+            continue
+        parts = name[: -len(".parquet")].split("_")
+        if len(parts) != 3:
+            continue
+        file_id, _, instant = parts
+        if file_id not in newest or instant > newest[file_id][0]:
+            newest[file_id] = (instant, size)
+    return sum(size for _, size in newest.values())
+
+
 #: Timeline files of completed actions: a table holding one has data, whatever else it lacks.
 _COMPLETED_ACTIONS = (".commit", ".deltacommit", ".replacecommit")
 
@@ -148,6 +169,7 @@ def write_options(
     extra_metadata: dict[str, str],
     *,
     rewrite: bool = False,
+    record_index: bool = True,
 ) -> dict[str, str]:
     """The Hudi datasource options of one upsert into ``database.table``.
 
@@ -159,6 +181,11 @@ def write_options(
     renames or re-types columns, fills an added column's default, or truncates the table is
     applied (``lake/evolve.py``). Readers see the old table or the new one, never a mix, and
     every file of the new snapshot has the new schema, so hudi-rs reads it like Spark does.
+
+    ``record_index`` (unpartitioned tables): look keys up in the metadata table's record
+    index; else use the SIMPLE index without a metadata table, which is cheaper while the
+    table is small (``TableWriter.uses_record_index`` decides; docs/benchmarks.md). Never
+    pass False for a table that has a metadata table: Hudi would delete it.
     """
     if not pk:
         raise ValueError("a Hudi table needs a record key")
@@ -189,6 +216,17 @@ def write_options(
             # A row whose partition value changes must move, not be duplicated: global index.
             "hoodie.index.type": "GLOBAL_SIMPLE",
             "hoodie.simple.index.update.partition.path": "true",
+        }
+    elif not record_index:
+        opts |= {
+            "hoodie.datasource.write.partitionpath.field": "",
+            "hoodie.datasource.write.keygenerator.class": (
+                "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
+            ),
+            # A small table: reading the keys of its few base files costs less than keeping
+            # a metadata table, which doubles every commit (a deltacommit of its own).
+            "hoodie.index.type": "SIMPLE",
+            "hoodie.metadata.enable": "false",
         }
     else:
         opts |= {

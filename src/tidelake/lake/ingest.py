@@ -50,15 +50,17 @@ from tidelake.lake.checkpoint import (
 from tidelake.lake.hudi import (
     CHECKPOINT_KEY,
     DELETE_FIELD,
+    METADATA_PARTITIONS_KEY,
     ORDERING_FIELD,
     discard_interrupted_creation,
     local_dir,
+    newest_base_file_bytes,
     split_table_id,
     table_path,
     write_options,
 )
 from tidelake.lake.schema import LINEAGE_NAMES, converter, schema_for
-from tidelake.lake.spark import table_exists
+from tidelake.lake.spark import list_dir, table_exists
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
 from tidelake.stage.storage import Storage, open_storage
 
@@ -451,6 +453,8 @@ class TableWriter:
         database, table = split_table_id(table_id)
         path = table_path(self.lake_root, database, table)
         key = tuple(pk) if pk else self.stored_primary_key(path)
+        if discard_interrupted_creation(path):  # a kill -9 while Hudi created the table
+            log.warning("removed a table whose creation was interrupted", table=table_id)
         options = write_options(
             self.config.lake,
             database,
@@ -458,9 +462,8 @@ class TableWriter:
             key,
             {CHECKPOINT_KEY: checkpoint.to_json()},
             rewrite=rewrite,
+            record_index=self.uses_record_index(path),
         )
-        if discard_interrupted_creation(path):  # a kill -9 while Hudi created the table
-            log.warning("removed a table whose creation was interrupted", table=table_id)
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
         except Exception as exc:  # py4j / Spark errors: keep the first line, chain the rest
@@ -476,6 +479,37 @@ class TableWriter:
             )
         self._checkpoints[table_id] = committed
         return committed.instant
+
+    def uses_record_index(self, path: str) -> bool:
+        """Whether the next commit into the unpartitioned table at ``path`` looks keys up in
+        the metadata table's record index, or reads the keys of the table's base files
+        (SIMPLE index, no metadata table).
+
+        SIMPLE costs less while the table is small; its cost grows with the table, the
+        record index's does not (docs/benchmarks.md). A table switches once its newest base
+        files reach ``lake.record_index_from_mb`` (Hudi builds the metadata table and the
+        index from them in that commit) and never back: a table that has a metadata table
+        keeps it, since writing with the metadata table disabled would delete it.
+        """
+        threshold_mb = self.config.lake.record_index_from_mb
+        if threshold_mb <= 0:
+            return True
+        if not self.exists(path):
+            return False  # created small
+        if self._metadata_partitions(path):
+            return True
+        return newest_base_file_bytes(list_dir(self.spark, path)) >= threshold_mb * 2**20
+
+    def _metadata_partitions(self, path: str) -> str:
+        """``hoodie.table.metadata.partitions`` of the table at ``path`` ('' when none)."""
+        local = local_dir(path)
+        if local is None:
+            return table_property(self.spark, path, METADATA_PARTITIONS_KEY) or ""
+        props = local / ".hoodie" / "hoodie.properties"
+        for line in props.read_text().splitlines():
+            if line.startswith(METADATA_PARTITIONS_KEY + "="):
+                return line.split("=", 1)[1].strip()
+        return ""
 
     def exists(self, path: str) -> bool:
         """True when ``path`` holds a Hudi table (local or on object storage)."""
@@ -534,7 +568,10 @@ class TableWriter:
                 StructField(DELETE_FIELD, BooleanType()),
             ]
         )
-        options = write_options(self.config.lake, "tidelake", "warmup", ["id"], {})
+        # The path of a new (small) table: SIMPLE index, no metadata table.
+        options = write_options(
+            self.config.lake, "tidelake", "warmup", ["id"], {}, record_index=False
+        )
         for round_no in range(2):
             rows = [(i, f"{round_no:020d}", i % 7 == 0 and round_no == 1) for i in range(100)]
             df = self.spark.createDataFrame(rows, schema)

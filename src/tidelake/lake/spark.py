@@ -238,6 +238,24 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return bool(fs.exists(hpath))
 
 
+def list_dir(spark: SparkSession, path: str) -> list[tuple[str, int]]:
+    """``(name, bytes)`` of the files directly in ``path`` (local or object storage)."""
+    local = local_dir(path)
+    if local is not None:
+        try:
+            return [(e.name, e.stat().st_size) for e in os.scandir(local) if e.is_file()]
+        except FileNotFoundError:
+            return []
+    fs, hpath = _hadoop_path(spark, path)
+    if not fs.exists(hpath):
+        return []
+    return [
+        (str(st.getPath().getName()), int(st.getLen()))
+        for st in fs.listStatus(hpath)
+        if st.isFile()
+    ]
+
+
 def discover_remote_tables(spark: SparkSession, lake_root: str) -> list[TableLocation]:
     """Every Hudi table under a lake root on object storage, through the session's S3A."""
     from urllib.parse import unquote
