@@ -34,6 +34,16 @@ def decode(payload: bytes, *, seq: int, key_json: bytes | None = None) -> Decode
 
 
 def _parse(payload: bytes) -> JsonObject | None:
+    # orjson checks UTF-8 itself, exactly as strictly as bytes.decode: a valid message is
+    # parsed without a decoded copy; an invalid one takes the path below for its reason.
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if obj is not None and not isinstance(obj, dict):
+            raise DecodeError(f"not a JSON object: {type(obj).__name__}")
+        return obj
     if not payload:
         raise DecodeError("empty message")
     try:

@@ -36,9 +36,10 @@ class Decoded:
 
 def make_position(parts: tuple[int, ...], what: str) -> Position:
     """A :class:`Position`, or a DecodeError naming ``what`` when a component is out of range."""
-    for p in parts:
-        if p < 0 or p >= _POSITION_LIMIT:
-            raise DecodeError(f"{what} out of range for a position: {p}")
+    if min(parts) < 0 or max(parts) >= _POSITION_LIMIT:
+        for p in parts:
+            if p < 0 or p >= _POSITION_LIMIT:
+                raise DecodeError(f"{what} out of range for a position: {p}")
     return Position(parts)
 
 

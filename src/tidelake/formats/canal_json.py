@@ -28,6 +28,7 @@ as given and ``lake/schema.py`` converts them by ``mysqlType``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from tidelake.errors import DecodeError
@@ -126,42 +127,58 @@ def decode_object(obj: JsonObject, *, seq: int) -> Decoded:
         "column_types": column_types,
         "seq": seq,
     }
+    n_rows = len(rows)
     events: list[ChangeEvent] = []
     for i, row in enumerate(rows):
-        old = olds[i] if olds else None
-        place = (base, given, i, len(rows))
-        events.extend(_row_events(op, row, old, table_id, place, common))
+        key = row_key(pk, row, table_id)
+        pos = _row_position(base, given, i, n_rows, split=False)
+        if op is Op.UPDATE:
+            old = olds[i] if olds else None
+            place = (base, given, i, n_rows)
+            events.extend(_update_events(row, old, key, pos, place, table_id, common))
+            continue
+        before, after = (row, None) if op is Op.DELETE else (None, row)
+        events.append(
+            ChangeEvent(
+                source=source,
+                database=database,
+                table=table,
+                op=op,
+                position=pos,
+                pk=pk,
+                key=key,
+                before=before,
+                after=after,
+                commit_ts_ms=commit_ts_ms,
+                column_types=column_types,
+                seq=seq,
+            )
+        )
     return Decoded(events=events, format=FORMAT)
 
 
-def _row_events(
-    op: Op,
+def _update_events(
     row: dict[str, Any],
     old: dict[str, Any] | None,
-    table_id: str,
+    key: dict[str, Any],
+    pos: Position,
     place: tuple[tuple[int, ...], bool, int, int],
+    table_id: str,
     common: dict[str, Any],
 ) -> list[ChangeEvent]:
-    """The events of one row; ``place`` = (position prefix, given position?, index, rows)."""
+    """The events of one updated row; ``place`` = (position prefix, given position?, index,
+    rows)."""
     pk: tuple[str, ...] = common["pk"]
-    base, given_position, index, n_rows = place
-    key = row_key(pk, row, table_id)
-    if op is Op.INSERT:
-        pos = _row_position(base, given_position, index, n_rows, split=False)
-        return [ChangeEvent(op=op, position=pos, key=key, after=row, **common)]
-    if op is Op.DELETE:
-        pos = _row_position(base, given_position, index, n_rows, split=False)
-        return [ChangeEvent(op=op, position=pos, key=key, before=row, **common)]
     before = {**row, **old} if old else dict(row)
     old_key = row_key(pk, before, table_id)
     if old_key == key:
-        pos = _row_position(base, given_position, index, n_rows, split=False)
-        return [ChangeEvent(op=op, position=pos, key=key, before=before, after=row, **common)]
+        return [
+            ChangeEvent(op=Op.UPDATE, position=pos, key=key, before=before, after=row, **common)
+        ]
     # The key changed: the old key is deleted, then the new row is written (DESIGN.md §1).
-    delete_pos = _row_position(base, given_position, index, n_rows, split=False)
-    update_pos = _row_position(base, given_position, index, n_rows, split=True)
+    update_pos = _row_position(*place, split=True)
     return [
-        ChangeEvent(op=Op.DELETE, position=delete_pos, key=old_key, before=before, **common),
+        ChangeEvent(op=Op.DELETE, position=pos, key=old_key, before=before, **common),
         ChangeEvent(op=Op.UPDATE, position=update_pos, key=key, before=before, after=row, **common),
     ]
 
@@ -204,7 +221,7 @@ def _pk_names(obj: JsonObject) -> tuple[str, ...]:
     names = obj.get("pkNames")
     if names is None:
         return ()
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, list) or not _only_str(names):
         raise DecodeError(f"{_W}pkNames must be a list of strings")
     return tuple(names)
 
@@ -213,9 +230,19 @@ def _column_types(obj: JsonObject) -> dict[str, str]:
     types = opt_object(obj, "mysqlType", _W)
     if types is None:
         return {}
-    if not all(isinstance(t, str) for t in types.values()):
+    if not _only_str(types.values()):
         raise DecodeError(f"{_W}mysqlType values must be strings")
     return types
+
+
+#: What a JSON parser gives for a canal-json value: text or NULL.
+_VALUE_TYPES = frozenset({str, type(None)})
+
+
+def _only_str(values: Iterable[Any]) -> bool:
+    """True when every value is a string (the set of types is built at C speed)."""
+    kinds = {*map(type, values)}
+    return kinds <= {str} or all(isinstance(v, str) for v in values)
 
 
 def _rows(obj: JsonObject, name: str, *, nullable_items: bool) -> list[dict[str, Any]]:
@@ -234,11 +261,12 @@ def _rows(obj: JsonObject, name: str, *, nullable_items: bool) -> list[dict[str,
             continue
         if not isinstance(row, dict):
             raise DecodeError(f"{_W}{name}[{i}] must be an object, got {type(row).__name__}")
-        for col, value in row.items():
-            if value is not None and not isinstance(value, str):
-                raise DecodeError(
-                    f"{_W}{name}[{i}].{col:.60} must be a string or null, "
-                    f"got {type(value).__name__}"
-                )
+        if not {*map(type, row.values())} <= _VALUE_TYPES:
+            for col, value in row.items():
+                if value is not None and not isinstance(value, str):
+                    raise DecodeError(
+                        f"{_W}{name}[{i}].{col:.60} must be a string or null, "
+                        f"got {type(value).__name__}"
+                    )
         out.append(row)
     return out
