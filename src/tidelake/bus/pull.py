@@ -42,6 +42,8 @@ _END_STATUSES = frozenset({"404", "408", "409"})
 _HEARTBEAT = "100"
 #: Extra local wait past the request's expiry for its final status to arrive.
 _GRACE_S = 0.5
+#: A wanted count no buffer reaches.
+_NEVER = 1 << 62
 
 
 class PullFetcher:
@@ -77,12 +79,11 @@ class PullFetcher:
         """Wait for the open request to end (bounded by its expiry), then unsubscribe."""
         if self._sub is None:
             return
-        left = self._open_until - time.monotonic()
-        if self._request_open() and left > 0:
-            self._want = 0
+        while self._request_open():
+            self._want = _NEVER  # only the request's end (its count or status) wakes us
             self._done.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._done.wait(), left)
+                await asyncio.wait_for(self._done.wait(), self._open_until - time.monotonic())
         # Let the subscription's queue hand over what the server already sent.
         while self._sub.pending_msgs:
             await asyncio.sleep(0)
