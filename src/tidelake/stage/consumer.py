@@ -277,9 +277,13 @@ class Stager:
 
     async def _in_order(self, msgs: list[Msg], batch: Batch[Msg]) -> list[Msg]:
         """The messages that may join batches now, in stream order."""
+        ready = []
         for msg in msgs:
             seq = delivery_info(msg)[0]
-            if seq >= self._next_seq:
+            if seq == self._next_seq and not self._held:  # the common case: next in order
+                ready.append(msg)
+                self._next_seq += 1
+            elif seq >= self._next_seq:
                 self._held[seq] = msg  # a redelivery replaces the older copy
             elif seq <= self._flushed_floor:
                 await msg.ack()  # already in a durable manifest: its first ack was lost
@@ -287,7 +291,7 @@ class Stager:
                 # In the open batch, or in the one being written: acked with the open
                 # one, whose manifest comes after that one's.
                 batch.extra_acks.append(msg)
-        ready = self._take_ready()
+        ready.extend(self._take_ready())
         if self._held:
             await self._mind_gap()
             ready.extend(self._take_ready())
