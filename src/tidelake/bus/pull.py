@@ -145,6 +145,9 @@ class PullFetcher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._done.wait(), wait)
         out = self.take_buffered(batch)
-        if out and self._prefetch and not self._request_open():
+        # Ask ahead only while less than a lot is waiting here: what we hold unacked stays
+        # bounded (max_ack_pending) however small the caller's lots are.
+        low = len(self._buffer) < self._prefetch
+        if out and self._prefetch and low and not self._request_open():
             await self._request(self._prefetch, timeout)
         return out

@@ -80,3 +80,33 @@ def test_a_fetch_returns_the_prefetched_messages_without_a_new_request(
             await nc.close()
 
     assert [list(range(1, 21)), list(range(21, 41))] == run(main())
+
+
+def test_small_lots_do_not_pile_up_prefetched_messages(
+    stage_env_factory: Callable[..., StageEnv],
+) -> None:
+    """100 messages, prefetch 20, ten fetches of one: at most two requests' worth (40) is
+    ever delivered; the other 60 stay undelivered on the server."""
+    env = stage_env_factory()
+    subject = env.subject("shop", "orders")
+    run(env.publish([(subject, canal_json("shop", "orders", i, 10**15 + i)) for i in range(100)]))
+
+    async def main() -> int:
+        nc = await env.client()
+        try:
+            puller = await PullFetcher(
+                nc, env.cfg.bus.stream.name, env.cfg.bus.consumer.durable, prefetch=20
+            ).start()
+            taken = [m for _ in range(10) for m in await puller.fetch(1, 1.0)]
+            await puller.stop()
+            delivered = len(taken) + len(puller.take_buffered())
+            info = await nc.jetstream().consumer_info(
+                env.cfg.bus.stream.name, env.cfg.bus.consumer.durable
+            )
+            assert 100 - delivered == info.num_pending
+            return delivered
+        finally:
+            await nc.close()
+
+    delivered = run(main())
+    assert 10 < delivered <= 40
