@@ -240,8 +240,8 @@ def write_options(
             "hoodie.index.type": "RECORD_INDEX",
             "hoodie.metadata.record.index.enable": "true",
             # Every commit looks its keys up in, and appends to, each file group of the
-            # index: Hudi's minimum of 10 cost a 20,000-row table 1.3-1.8 s a commit over
-            # 1 or 2 (docs/benchmarks.md). A table built from existing rows gets more.
+            # index: Hudi's minimum of 10 cost a 20,000-row table about 1-1.4 s a commit
+            # over 1 or 2 (docs/benchmarks.md). A table built from existing rows gets more.
             "hoodie.metadata.record.index.min.filegroup.count": str(lake.record_index_file_groups),
         }
     if lake.spark.master.startswith("local"):
