@@ -143,8 +143,10 @@ class Stager:
         self.pii = PiiMasker.from_config(stage)
         self.stats = StagerStats()
         self._stop = asyncio.Event()
-        #: The previous batch, being written and acked while the next one fills.
+        #: The previous batch, being written and acked while the next one fills; and
+        #: redeliveries of its messages that came while the next batch was still empty.
         self._flushing: asyncio.Task[Manifest] | None = None
+        self._late_acks: list[Msg] = []
         self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
         if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
             raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
@@ -287,10 +289,13 @@ class Stager:
                 self._held[seq] = msg  # a redelivery replaces the older copy
             elif seq <= self._flushed_floor:
                 await msg.ack()  # already in a durable manifest: its first ack was lost
-            else:
+            elif batch:
                 # In the open batch, or in the one being written: acked with the open
                 # one, whose manifest comes after that one's.
                 batch.extra_acks.append(msg)
+            else:
+                # The open batch is empty, so it is in the one being written: acked with it.
+                self._late_acks.append(msg)
         ready.extend(self._take_ready())
         if self._held:
             await self._mind_gap()
@@ -428,7 +433,8 @@ class Stager:
         )
         self._hook("after_manifest")()
         self._flushed_floor = max(self._flushed_floor, manifest.seq_last)
-        for msg in (*batch.messages, *batch.extra_acks):
+        late, self._late_acks = self._late_acks, []
+        for msg in (*batch.messages, *batch.extra_acks, *late):
             await msg.ack()
         try:
             await self.nc.flush(timeout=10)

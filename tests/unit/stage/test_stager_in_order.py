@@ -61,6 +61,8 @@ def test_a_message_already_staged_is_acked_and_one_in_the_open_batch_acked_with_
     stager = _stager(tmp_path, 10)
     stager._next_seq = 13
     batch: Batch[Any] = Batch(stager.limits)
+    for seq in (11, 12):
+        batch.add_skipped(FakeMsg(seq), seq, 100, "watermark")
     old, in_batch, new = FakeMsg(9), FakeMsg(12), FakeMsg(13)
     ready = asyncio.run(stager._in_order([old, in_batch, new], batch))  # type: ignore[list-item]
     assert [13] == _seqs(ready)

@@ -143,3 +143,27 @@ def test_a_batch_that_cannot_be_written_is_not_acked_and_stops_the_next_cut(
     assert [] == log
     assert [] == storage.list("manifests")
     assert 0 == stager._flushed_floor
+
+
+def test_a_redelivery_of_the_batch_being_written_is_acked_with_it(tmp_path: Path) -> None:
+    """Batch 1-3 is being written and the next batch is still empty when message 2 comes
+    again: the copy is acked right after batch 1-3's manifest, not left for AckWait."""
+    log: list[tuple[str, Any]] = []
+    storage = RecordingStorage(tmp_path / "staging", log)
+    stager = _stager(tmp_path, storage)
+    stager._next_seq = 4
+    stager._held = {}
+    again = FakeMsg(2, log)
+    again.reply = "$JS.ACK.CDC.stager.2.2.9.1700000000000000000.0"  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        storage.gate.clear()
+        fresh = await stager._cut(_batch(stager, range(1, 4), log))
+        assert [] == await stager._in_order([again], fresh)  # type: ignore[list-item]
+        assert [] == fresh.extra_acks
+        storage.gate.set()
+        await stager._settle()
+
+    asyncio.run(main())
+    assert [("manifest", 1), ("ack", 1), ("ack", 2), ("ack", 3), ("ack", 2)] == log
+    assert [] == stager._late_acks
