@@ -84,8 +84,10 @@ class PullFetcher:
             self._done.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._done.wait(), self._open_until - time.monotonic())
-        # Let the subscription's queue hand over what the server already sent.
-        while self._sub.pending_msgs:
+        # Let the subscription's queue hand over what the server already sent (bounded: on a
+        # closed connection nothing empties it).
+        until = time.monotonic() + _GRACE_S
+        while self._sub.pending_msgs and time.monotonic() < until:
             await asyncio.sleep(0)
         await self._sub.unsubscribe()
         self._sub = None
