@@ -26,6 +26,7 @@ holds ``large_rows`` rows: the commit time of the same batch at two table sizes.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidelake.bench import tools
 from tidelake.bench.changes import (
     BASE_COMMIT_MS,
     BASE_TSO,
@@ -47,7 +49,6 @@ from tidelake.bench.changes import (
 )
 from tidelake.bench.memory import PeakRss, process_tree
 from tidelake.bench.stats import per_second
-from tidelake.bench.tools import utilities_jar
 from tidelake.config import Config, load_config
 from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
 from tidelake.lake.hudi import write_options as hudi_write_options
@@ -131,6 +132,8 @@ class IngestResult:
     driver_peak_rss_mib: float | None = None
     #: Per lake: (rows expected after all batches, rows found) — the correctness check.
     rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The Hudi 0.14 worker's other numbers (its Spark, base build, commit durations).
+    hudi014: dict[str, Any] = field(default_factory=dict)
 
     def row_errors(self) -> list[str]:
         return [
@@ -159,6 +162,7 @@ class IngestResult:
             },
             "driver_peak_rss_mib": self.driver_peak_rss_mib,
             "rows_expected_found": {k: list(v) for k, v in self.rows.items()},
+            "hudi_0_14": self.hudi014,
         }
 
 
@@ -265,7 +269,7 @@ def _run(
     datasource_path = str(copies / "datasource" / DATABASE / TABLE)
     streamer_path = str(copies / "streamer" / DATABASE / TABLE)
     shutil.copytree(small_path, datasource_path)
-    jar = utilities_jar()
+    jar = tools.utilities_jar()
     if jar is not None:
         shutil.copytree(small_path, streamer_path)
     large: Config | None = None
@@ -379,14 +383,21 @@ def _run(
     contenders["hoodiestreamer"] = streamer
     if jar is None:
         streamer.error = (
-            "hudi-utilities-slim-bundle_2.12-1.1.1.jar is not in the bench jar cache "
+            f"{tools.UTILITIES_JAR} is not in the bench jar cache "
             "(bench/setup could not fetch it from Maven Central)"
         )
-        return
-    log("HoodieStreamer: spark-submit, continuous, one Parquet file per round")
-    run_hoodiestreamer(small, jar, inputs, streamer_path, records, streamer, home / "logs")
-    if streamer.error is None:
-        result.rows["hoodiestreamer"] = (expected, _count(spark, streamer_path))
+    else:
+        log("HoodieStreamer: spark-submit, continuous, one Parquet file per round")
+        run_hoodiestreamer(small, jar, inputs, streamer_path, records, streamer, home / "logs")
+        if streamer.error is None:
+            result.rows["hoodiestreamer"] = (expected, _count(spark, streamer_path))
+
+    if not isinstance(tools.hudi014(), str):
+        # The same base rows as Parquet, for the Hudi 0.14 pair's own bulk_insert.
+        _base_frame(spark, plan.table_rows, per_file).write.parquet(str(inputs / "base"))
+    pair, rows, result.hudi014 = run_hudi014(small, home, inputs, records, expected, log)
+    contenders |= pair
+    result.rows |= rows
 
 
 def _mean(values: list[float]) -> float:
@@ -463,6 +474,27 @@ def streamer_props(cfg: Config, source_root: Path) -> dict[str, str]:
     }
 
 
+def streamer_source(inputs: Path, batches: int, name: str) -> tuple[Path, int]:
+    """The batches' Parquet files in one directory beside ``inputs``, modification times ten
+    seconds apart in batch order, and a source limit just above the largest file: a
+    ``ParquetDFSSource`` then takes exactly one batch per round, in order."""
+    source_root = inputs.parent / name
+    source_root.mkdir(parents=True, exist_ok=True)
+    sizes = []
+    base_mtime = time.time() - 3600
+    for i in range(batches):
+        part = next((inputs / f"batch-{i:04d}").glob("part-*.parquet"))
+        dest = source_root / f"batch-{i:04d}.parquet"
+        shutil.copyfile(part, dest)
+        os.utime(dest, (base_mtime + 10 * i, base_mtime + 10 * i))
+        sizes.append(dest.stat().st_size)
+    return source_root, max(sizes) + 1
+
+
+def _properties(props: dict[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
 def run_hoodiestreamer(
     cfg: Config,
     jar: Path,
@@ -474,19 +506,10 @@ def run_hoodiestreamer(
 ) -> None:
     """Feed the batches' Parquet files to one continuous HoodieStreamer, one file per round
     (``--source-limit`` just above the largest file; modification times one apart)."""
-    source_root = inputs.parent / "streamer-input"
-    source_root.mkdir(parents=True, exist_ok=True)
-    sizes = []
-    base_mtime = time.time() - 3600
-    for i in range(len(records)):
-        part = next((inputs / f"batch-{i:04d}").glob("part-*.parquet"))
-        dest = source_root / f"batch-{i:04d}.parquet"
-        shutil.copyfile(part, dest)
-        os.utime(dest, (base_mtime + 10 * i, base_mtime + 10 * i))
-        sizes.append(dest.stat().st_size)
+    source_root, source_limit = streamer_source(inputs, len(records), "streamer-input")
     props = inputs.parent / "hoodiestreamer.properties"
-    props.write_text("".join(f"{k}={v}\n" for k, v in streamer_props(cfg, source_root).items()))
-    argv = streamer_argv(cfg, jar, target, props, max(sizes) + 1)
+    props.write_text(_properties(streamer_props(cfg, source_root)))
+    argv = streamer_argv(cfg, jar, target, props, source_limit)
     logs.mkdir(parents=True, exist_ok=True)
     before = len(completed_instants(target))
     with (logs / "hoodiestreamer.log").open("wb") as out:
@@ -514,3 +537,124 @@ def run_hoodiestreamer(
     contender.warmup_s = done[0] - first_requested
     contender.seconds = [b - a for a, b in itertools.pairwise(done)]
     contender.records = sum(records[1:])
+
+
+# --- Hudi 0.14: HoodieStreamer beside the datasource writer of the same Hudi ---------------
+
+#: Contender names of the Hudi 0.14 pair (:mod:`tidelake.bench.hudi014_worker`).
+HUDI014_DATASOURCE = "hudi_datasource@0.14"
+HUDI014_STREAMER = "hoodiestreamer@0.14"
+#: Settings Hudi 0.14 does not have; event-time ordering is its DefaultHoodieRecordPayload.
+_HUDI1_ONLY = frozenset(
+    {
+        "hoodie.record.merge.mode",
+        "hoodie.table.ordering.fields",
+        "hoodie.write.table.version",
+        "hoodie.datasource.write.commitmeta.key.prefix",
+    }
+)
+
+
+def hudi014_options(options: dict[str, str]) -> dict[str, str]:
+    """tidelake's write options of the table in Hudi 0.14's terms: the 1.x-only settings
+    dropped, the latest ``ORDERING_FIELD`` wins through Hudi 0.x's event-time payload."""
+    return {k: v for k, v in options.items() if k not in _HUDI1_ONLY} | {
+        "hoodie.datasource.write.payload.class": (
+            "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
+        ),
+        "hoodie.payload.ordering.field": ORDERING_FIELD,
+    }
+
+
+def hudi014_job(
+    cfg: Config, work: Path, inputs: Path, batches: int, jars: list[Path]
+) -> dict[str, Any]:
+    """The worker's job: the tidelake table's options and Spark settings (its own jars), the
+    base rows, the batches, and a HoodieStreamer source taking one batch per round."""
+    options = hudi014_options(hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}))
+    source_root, source_limit = streamer_source(inputs, batches, "streamer-0.14-input")
+    props = work / "hoodiestreamer-0.14.properties"
+    props.write_text(
+        _properties(options | {"hoodie.streamer.source.dfs.root": source_root.as_uri()})
+    )
+    conf = session_conf(cfg, app_name="hudi-0.14-bench")
+    conf.pop("spark.jars")
+    return {
+        "jars": [str(j) for j in jars],
+        "spark_conf": conf,
+        "options": options,
+        "base": str(inputs / "base"),
+        "batches": [str(inputs / f"batch-{i:04d}") for i in range(batches)],
+        "datasource_path": str(work / "datasource" / DATABASE / TABLE),
+        "streamer_path": str(work / "streamer" / DATABASE / TABLE),
+        "streamer_props": str(props),
+        "source_limit": source_limit,
+        "result": str(work / "result.json"),
+    }
+
+
+def run_hudi014(
+    cfg: Config, home: Path, inputs: Path, records: list[int], expected: int, log: Log
+) -> tuple[dict[str, Contender], dict[str, tuple[int, int]], dict[str, Any]]:
+    """Run :mod:`tidelake.bench.hudi014_worker` in the PySpark 3.4 virtualenv: the Hudi 0.14
+    pair as contenders, their (expected, found) rows, and the worker's other numbers."""
+    contenders = {n: Contender(n) for n in (HUDI014_DATASOURCE, HUDI014_STREAMER)}
+    found = tools.hudi014()
+    if isinstance(found, str):
+        for c in contenders.values():
+            c.error = found
+        return contenders, {}, {}
+    python, jars = found
+    work = home / "hudi-0.14"
+    work.mkdir(parents=True, exist_ok=True)
+    job = hudi014_job(cfg, work, inputs, len(records), jars)
+    (work / "job.json").write_text(json.dumps(job, indent=1))
+    log("Hudi 0.14: datasource and HoodieStreamer in PySpark 3.4, same records")
+    # Its own PySpark: nothing of this interpreter's Spark may leak into the worker.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    }
+    worker = Path(__file__).with_name("hudi014_worker.py")
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "hudi-0.14.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [str(python), str(worker), str(work / "job.json")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
+        try:
+            code = proc.wait(STREAMER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = -9
+        finally:
+            sampler.stop()
+    result_file = Path(job["result"])
+    if code != 0 or not result_file.exists():
+        tail = (logs / "hudi-0.14.log").read_text(errors="replace").splitlines()[-15:]
+        for c in contenders.values():
+            c.error = (f"the Hudi 0.14 worker exited {code}: " + " | ".join(tail))[:2000]
+        return contenders, {}, {}
+    out_json: dict[str, Any] = json.loads(result_file.read_text())
+    pairs = ((HUDI014_DATASOURCE, "hudi_datasource"), (HUDI014_STREAMER, "hoodiestreamer"))
+    for name, key in pairs:
+        seconds = out_json["seconds"][key]
+        contender = contenders[name]
+        contender.warmup_s, contender.seconds = seconds[0], seconds[1:]
+        contender.records = sum(records[1:])
+        contender.peak_rss_mib = sampler.peak_mib
+    rows = {name: (expected, int(out_json["rows"][key])) for name, key in pairs}
+    extra = {
+        "spark": out_json["spark"],
+        "base_build_s": round(out_json["base_build_s"], 1),
+        # Requested-to-completed seconds of the timed commits (the warm-up's dropped).
+        "commit_s": {k: [round(s, 3) for s in v[1:]] for k, v in out_json["commit_s"].items()},
+        "peak_rss_mib_of_the_worker": sampler.peak_mib,
+    }
+    return contenders, rows, extra

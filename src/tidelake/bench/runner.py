@@ -19,7 +19,12 @@ from rich.markup import escape
 
 from tidelake.bench import machine, tools
 from tidelake.bench.freshness import run_freshness_bench
-from tidelake.bench.ingest import IngestPlan, run_ingest_bench
+from tidelake.bench.ingest import (
+    HUDI014_DATASOURCE,
+    HUDI014_STREAMER,
+    IngestPlan,
+    run_ingest_bench,
+)
 from tidelake.bench.report import BenchResult, derive
 from tidelake.bench.stage import run_stage_bench
 
@@ -170,6 +175,8 @@ def _ingest(
         "hudi_datasource_records_per_s": c["hudi_datasource"].records_per_s,
         "hoodiestreamer_records_per_s": c["hoodiestreamer"].records_per_s,
         "parquet_records_per_s": c["parquet"].records_per_s,
+        "hudi_datasource_0_14_records_per_s": c[HUDI014_DATASOURCE].records_per_s,
+        "hoodiestreamer_0_14_records_per_s": c[HUDI014_STREAMER].records_per_s,
         "rows_small": plan.table_rows,
         "rows_large": plan.large_rows,
         "commit_s_small": _round(ingest.commit_s_by_rows.get(plan.table_rows)),
@@ -188,7 +195,9 @@ def _ingest(
     log(
         f"ingest records/s: tidelake {_num(c['tidelake'].records_per_s)}, Hudi datasource "
         f"{_num(c['hudi_datasource'].records_per_s)}, HoodieStreamer "
-        f"{_num(c['hoodiestreamer'].records_per_s)}, Parquet {_num(c['parquet'].records_per_s)}"
+        f"{_num(c['hoodiestreamer'].records_per_s)}, Parquet {_num(c['parquet'].records_per_s)}; "
+        f"Hudi 0.14: datasource {_num(c[HUDI014_DATASOURCE].records_per_s)}, HoodieStreamer "
+        f"{_num(c[HUDI014_STREAMER].records_per_s)}"
     )
 
 

@@ -63,3 +63,26 @@ def utilities_jar() -> Path | None:
 
 def hudi_bundle_jar(jar_cache: Path) -> Path:
     return jar_cache / HUDI_BUNDLE_JAR
+
+
+#: The Hudi 0.14 side-by-side (bench/setup): HoodieStreamer shaded like its bundle, the
+#: bundle, and the PySpark 3.4 that Hudi 0.14 runs on, in a virtualenv of the bench's own.
+HUDI014_JARS = ("hudi-spark3.4-bundle_2.12-0.14.0.jar", "hudi-utilities-shaded_2.12-0.14.0.jar")
+PYSPARK34_ENV = "TIDELAKE_BENCH_PYSPARK34"
+
+
+def pyspark34_python() -> Path:
+    if os.environ.get(PYSPARK34_ENV):
+        return Path(os.environ[PYSPARK34_ENV]) / "bin" / "python"
+    root = repo_root()
+    return (root or Path.cwd()) / ".cache" / "bench-pyspark3.4" / "bin" / "python"
+
+
+def hudi014() -> tuple[Path, list[Path]] | str:
+    """The PySpark 3.4 interpreter and the Hudi 0.14 jars, or why they are missing."""
+    python = pyspark34_python()
+    jars = [bench_jar_dir() / name for name in HUDI014_JARS]
+    missing = [str(p) for p in (python, *jars) if not p.exists()]
+    if missing:
+        return f"not set up by bench/setup: {', '.join(missing)}"
+    return python, jars
