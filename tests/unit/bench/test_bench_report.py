@@ -58,6 +58,27 @@ def test_targets_are_met_or_not_or_unknown() -> None:
     assert None is targets["commit_growth"]["met"]
 
 
+def test_hoodiestreamer_is_bridged_through_the_datasource_writers_when_not_same_hudi() -> None:
+    """(tidelake / datasource, Hudi 1.1.1) x (datasource / HoodieStreamer, Hudi 0.14); the
+    target is decided by it only while the same-Hudi comparison is missing."""
+    numbers = {
+        "ingest_records_per_s": 900.0,
+        "hudi_datasource_records_per_s": 1_000.0,
+        "hudi_datasource_0_14_records_per_s": 800.0,
+        "hoodiestreamer_0_14_records_per_s": 400.0,
+    }
+    derived = derive(numbers)
+    assert 0.5 == derived["hoodiestreamer_vs_hudi_datasource_0_14"]
+    assert 1.8 == derived["ingest_vs_hoodiestreamer_bridged"]
+    assert None is derived["ingest_vs_hoodiestreamer"]
+    target = _result(**numbers).targets()["ingest_vs_hoodiestreamer"]
+    assert {"same_hudi": None, "bridged_via_hudi_0_14": 1.8} == target["value"]
+    assert True is target["met"]
+    same = _result(**numbers, hoodiestreamer_records_per_s=900.0).targets()
+    assert False is same["ingest_vs_hoodiestreamer"]["met"]  # 1.0x decides over 1.8x
+    assert None is derive({"ingest_records_per_s": 900.0})["ingest_vs_hoodiestreamer_bridged"]
+
+
 def test_runs_are_appended_under_the_runs_heading(tmp_path: Path) -> None:
     """The method stays on top; each run adds a section with machine, load and numbers."""
     doc = tmp_path / "benchmarks.md"
