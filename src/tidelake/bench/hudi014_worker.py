@@ -43,7 +43,10 @@ def main(job_file: str) -> None:
     from pyspark.sql import SparkSession
 
     job: dict[str, Any] = json.loads(Path(job_file).read_text())
-    builder = SparkSession.builder.config("spark.jars", ",".join(job["jars"]))
+    # On the JVM's own class path, not spark.jars: Hudi 0.14 reads the delete blocks of its
+    # metadata table with Avro's class loader, which cannot see spark.jars' classes (a
+    # ClassCastException to HoodieDeleteRecord once the record index holds deletes).
+    builder = SparkSession.builder.config("spark.driver.extraClassPath", ":".join(job["jars"]))
     for key, value in job["spark_conf"].items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
