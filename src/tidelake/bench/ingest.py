@@ -52,7 +52,7 @@ from tidelake.bench.stats import per_second
 from tidelake.config import Config, load_config
 from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
 from tidelake.lake.hudi import write_options as hudi_write_options
-from tidelake.lake.ingest import Ingestor, build_batch
+from tidelake.lake.ingest import Ingestor, TableWriter, build_batch
 from tidelake.lake.schema import schema_for
 from tidelake.lake.spark import build_spark_session, session_conf
 from tidelake.stage.storage import LocalStorage
@@ -132,6 +132,8 @@ class IngestResult:
     driver_peak_rss_mib: float | None = None
     #: Per lake: (rows expected after all batches, rows found) — the correctness check.
     rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The index tidelake's writer chose for each base table, by rows.
+    index: dict[int, str] = field(default_factory=dict)
     #: The Hudi 0.14 worker's other numbers (its Spark, base build, commit durations).
     hudi014: dict[str, Any] = field(default_factory=dict)
 
@@ -162,6 +164,7 @@ class IngestResult:
             },
             "driver_peak_rss_mib": self.driver_peak_rss_mib,
             "rows_expected_found": {k: list(v) for k, v in self.rows.items()},
+            "index_by_rows": {str(k): v for k, v in self.index.items()},
             "hudi_0_14": self.hudi014,
         }
 
@@ -200,9 +203,16 @@ def _base_frame(spark: SparkSession, rows: int, rows_per_file: int) -> DataFrame
 
 
 def build_base_table(spark: SparkSession, cfg: Config, rows: int, rows_per_file: int) -> float:
-    """Write the base table of ``cfg``'s lake with ``bulk_insert``; seconds it took."""
+    """Write the base table of ``cfg``'s lake with ``bulk_insert``; seconds it took.
+
+    Without a metadata table: the first upsert then takes the index the ingest's writer
+    picks for a table of this size (``TableWriter.uses_record_index``), and a large base
+    gets its record index built from its base files, as a table crossing
+    ``lake.record_index_from_mb`` does. (Putting millions of keys into a fresh record index
+    of ``lake.record_index_file_groups`` file groups in one commit ran the 3g driver out of
+    memory at 10M rows; the ingest's own commits are bounded by its batch size.)"""
     path = table_path(cfg.lake_root, DATABASE, TABLE)
-    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}) | {
+    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}, record_index=False) | {
         "hoodie.datasource.write.operation": "bulk_insert",
         # Keep each Spark partition (a contiguous id range) in its own files.
         "hoodie.bulkinsert.sort.mode": "NONE",
@@ -265,6 +275,9 @@ def _run(
     per_file = max(1, plan.table_rows // FILES_PER_TABLE_ROWS)
     result.base_build_s[plan.table_rows] = build_base_table(spark, small, plan.table_rows, per_file)
     small_path = table_path(small.lake_root, DATABASE, TABLE)
+    # Every Hudi contender gets the index tidelake's writer uses for this table.
+    record_index = TableWriter(small, spark).uses_record_index(small_path)
+    result.index[plan.table_rows] = "RECORD_INDEX" if record_index else "SIMPLE"
     copies = home / "copies"
     datasource_path = str(copies / "datasource" / DATABASE / TABLE)
     streamer_path = str(copies / "streamer" / DATABASE / TABLE)
@@ -279,7 +292,12 @@ def _run(
         result.base_build_s[plan.large_rows] = build_base_table(
             spark, large, plan.large_rows, per_file
         )
+        large_index = TableWriter(large, spark).uses_record_index(
+            table_path(large.lake_root, DATABASE, TABLE)
+        )
+        result.index[plan.large_rows] = "RECORD_INDEX" if large_index else "SIMPLE"
 
+    log("index of tidelake's writer, by base rows: " + str(result.index))
     log(f"staging {plan.batches} batches of {plan.batch_events:,} changes")
     stream = ChangeStream(plan.table_rows, seed=plan.seed)
     batches = [stream.stage(storage, plan.batch_events) for _ in range(plan.batches)]
@@ -312,7 +330,7 @@ def _run(
     result.contenders = contenders
     ingest_small = Ingestor(small, spark, storage)
     ingest_large = Ingestor(large, spark, storage) if large is not None else None
-    options = hudi_write_options(small.lake, DATABASE, TABLE, PK, {})
+    options = hudi_write_options(small.lake, DATABASE, TABLE, PK, {}, record_index=record_index)
     floor = str(home / "parquet-floor")
 
     def tidelake_step(ingestor: Ingestor, expected: int) -> None:
@@ -388,14 +406,18 @@ def _run(
         )
     else:
         log("HoodieStreamer: spark-submit, continuous, one Parquet file per round")
-        run_hoodiestreamer(small, jar, inputs, streamer_path, records, streamer, home / "logs")
+        run_hoodiestreamer(
+            small, jar, inputs, streamer_path, records, streamer, home / "logs", record_index
+        )
         if streamer.error is None:
             result.rows["hoodiestreamer"] = (expected, _count(spark, streamer_path))
 
     if not isinstance(tools.hudi014(), str):
         # The same base rows as Parquet, for the Hudi 0.14 pair's own bulk_insert.
         _base_frame(spark, plan.table_rows, per_file).write.parquet(str(inputs / "base"))
-    pair, rows, result.hudi014 = run_hudi014(small, home, inputs, records, expected, log)
+    pair, rows, result.hudi014 = run_hudi014(
+        small, home, inputs, records, expected, log, record_index
+    )
     contenders |= pair
     result.rows |= rows
 
@@ -463,10 +485,10 @@ def streamer_argv(cfg: Config, jar: Path, target: str, props: Path, source_limit
     return argv
 
 
-def streamer_props(cfg: Config, source_root: Path) -> dict[str, str]:
+def streamer_props(cfg: Config, source_root: Path, record_index: bool = True) -> dict[str, str]:
     """HoodieStreamer's properties: tidelake's write options of the table, the DFS source
     root, and stop after one round without new data."""
-    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {})
+    options = hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}, record_index=record_index)
     options.pop("hoodie.datasource.write.commitmeta.key.prefix", None)
     return options | {
         "hoodie.streamer.source.dfs.root": source_root.as_uri(),
@@ -503,12 +525,13 @@ def run_hoodiestreamer(
     records: list[int],
     contender: Contender,
     logs: Path,
+    record_index: bool = True,
 ) -> None:
     """Feed the batches' Parquet files to one continuous HoodieStreamer, one file per round
     (``--source-limit`` just above the largest file; modification times one apart)."""
     source_root, source_limit = streamer_source(inputs, len(records), "streamer-input")
     props = inputs.parent / "hoodiestreamer.properties"
-    props.write_text(_properties(streamer_props(cfg, source_root)))
+    props.write_text(_properties(streamer_props(cfg, source_root, record_index)))
     argv = streamer_argv(cfg, jar, target, props, source_limit)
     logs.mkdir(parents=True, exist_ok=True)
     before = len(completed_instants(target))
@@ -567,11 +590,18 @@ def hudi014_options(options: dict[str, str]) -> dict[str, str]:
 
 
 def hudi014_job(
-    cfg: Config, work: Path, inputs: Path, batches: int, jars: list[Path]
+    cfg: Config,
+    work: Path,
+    inputs: Path,
+    batches: int,
+    jars: list[Path],
+    record_index: bool = True,
 ) -> dict[str, Any]:
     """The worker's job: the tidelake table's options and Spark settings (its own jars), the
     base rows, the batches, and a HoodieStreamer source taking one batch per round."""
-    options = hudi014_options(hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}))
+    options = hudi014_options(
+        hudi_write_options(cfg.lake, DATABASE, TABLE, PK, {}, record_index=record_index)
+    )
     source_root, source_limit = streamer_source(inputs, batches, "streamer-0.14-input")
     props = work / "hoodiestreamer-0.14.properties"
     props.write_text(
@@ -594,7 +624,13 @@ def hudi014_job(
 
 
 def run_hudi014(
-    cfg: Config, home: Path, inputs: Path, records: list[int], expected: int, log: Log
+    cfg: Config,
+    home: Path,
+    inputs: Path,
+    records: list[int],
+    expected: int,
+    log: Log,
+    record_index: bool = True,
 ) -> tuple[dict[str, Contender], dict[str, tuple[int, int]], dict[str, Any]]:
     """Run :mod:`tidelake.bench.hudi014_worker` in the PySpark 3.4 virtualenv: the Hudi 0.14
     pair as contenders, their (expected, found) rows, and the worker's other numbers."""
@@ -607,7 +643,7 @@ def run_hudi014(
     python, jars = found
     work = home / "hudi-0.14"
     work.mkdir(parents=True, exist_ok=True)
-    job = hudi014_job(cfg, work, inputs, len(records), jars)
+    job = hudi014_job(cfg, work, inputs, len(records), jars, record_index)
     (work / "job.json").write_text(json.dumps(job, indent=1))
     log("Hudi 0.14: datasource and HoodieStreamer in PySpark 3.4, same records")
     # Its own PySpark: nothing of this interpreter's Spark may leak into the worker.

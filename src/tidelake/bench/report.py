@@ -174,6 +174,8 @@ _ROWS = (
     ("tidelake / Hudi datasource", "ingest_vs_hudi_datasource"),
     ("freshness p50 s", "freshness_p50_s"),
     ("freshness p99 s", "freshness_p99_s"),
+    ("index of tidelake's writer, small table", "index_small"),
+    ("index of tidelake's writer, large table", "index_large"),
     ("commit s, small table", "commit_s_small"),
     ("commit s, large table", "commit_s_large"),
     ("commit growth large / small", "commit_growth"),

@@ -179,6 +179,8 @@ def _ingest(
         "hoodiestreamer_0_14_records_per_s": c[HUDI014_STREAMER].records_per_s,
         "rows_small": plan.table_rows,
         "rows_large": plan.large_rows,
+        "index_small": ingest.index.get(plan.table_rows),
+        "index_large": ingest.index.get(plan.large_rows or 0),
         "commit_s_small": _round(ingest.commit_s_by_rows.get(plan.table_rows)),
         "commit_s_large": _round(ingest.commit_s_by_rows.get(plan.large_rows or 0)),
         "driver_peak_rss_mib": ingest.driver_peak_rss_mib,
