@@ -11,7 +11,13 @@ batches (:mod:`tidelake.bench.changes`) applied by:
 * **hoodiestreamer**: Hudi's HoodieStreamer (``spark-submit``, ``ParquetDFSSource`` over the
   same Parquet files, same table config, record key, ordering field and merge mode), when
   its jar is in the bench jar cache;
-* **parquet**: a plain Spark Parquet append of the same records (the floor).
+* **parquet**: a plain Spark Parquet append of the same records (the floor);
+* **hudi_datasource@0.14** and **hoodiestreamer@0.14**: Hudi 0.14's datasource writer and
+  HoodieStreamer on the same base rows and records, in a PySpark 3.4 of their own
+  (:mod:`tidelake.bench.hudi014_worker`): the HoodieStreamer that can run here, against the
+  writer of its own Hudi, for the bridged tidelake / HoodieStreamer estimate.
+
+Every Hudi contender takes the index tidelake's writer picks for the table's size.
 
 Per batch the in-session contenders run back to back (tidelake, datasource, Parquet), so a
 change of machine load hits all of them alike. The first batch warms each contender up and
