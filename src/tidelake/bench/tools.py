@@ -1,5 +1,6 @@
-"""The bench's own tools: the NATS CLI and the HoodieStreamer jar, put in place by
-``bench/setup`` (Go module proxy, Maven Central) in directories of the project's own."""
+"""The bench's own tools: the NATS CLI, the HoodieStreamer jar, and Hudi 0.14 with the
+PySpark 3.4 it runs on, put in place by ``bench/setup`` (Go module proxy, Maven Central,
+PyPI) in directories of the project's own."""
 
 from __future__ import annotations
 
