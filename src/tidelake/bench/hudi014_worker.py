@@ -16,6 +16,7 @@ one JSON file: seconds per batch, commit durations from the timeline, rows at th
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -60,8 +61,6 @@ def main(job_file: str) -> None:
     ).mode("overwrite").save(datasource)
     base_s = time.perf_counter() - started
     # The streamer's table is a byte copy, so both start from the very same files.
-    import shutil
-
     shutil.copytree(datasource, streamer_path)
 
     jvm: Any = spark.sparkContext._jvm
