@@ -523,6 +523,27 @@ def _properties(props: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
+def _run_logged(
+    argv: list[str], log_file: Path, env: dict[str, str] | None = None
+) -> tuple[int, float | None, list[str]]:
+    """Run ``argv`` with its output in ``log_file``, at most ``STREAMER_TIMEOUT_S``: exit
+    code (-9 when killed at the timeout), peak RSS of its process tree in MiB, the log's
+    last 15 lines."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
+        try:
+            code = proc.wait(STREAMER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = -9
+        finally:
+            sampler.stop()
+    return code, sampler.peak_mib, log_file.read_text(errors="replace").splitlines()[-15:]
+
+
 def run_hoodiestreamer(
     cfg: Config,
     jar: Path,
@@ -539,23 +560,10 @@ def run_hoodiestreamer(
     props = inputs.parent / "hoodiestreamer.properties"
     props.write_text(_properties(streamer_props(cfg, source_root, record_index)))
     argv = streamer_argv(cfg, jar, target, props, source_limit)
-    logs.mkdir(parents=True, exist_ok=True)
     before = len(completed_instants(target))
-    with (logs / "hoodiestreamer.log").open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
-        try:
-            code = proc.wait(STREAMER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = -9
-        finally:
-            sampler.stop()
-    contender.peak_rss_mib = sampler.peak_mib
+    code, contender.peak_rss_mib, tail = _run_logged(argv, logs / "hoodiestreamer.log")
     commits = completed_instants(target)[before:]
     if code != 0 or len(commits) < len(records):
-        tail = (logs / "hoodiestreamer.log").read_text(errors="replace").splitlines()[-15:]
         contender.error = (
             f"HoodieStreamer exited {code} after {len(commits)} of {len(records)} commits: "
             + " | ".join(tail)
@@ -659,27 +667,11 @@ def run_hudi014(
         if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
     }
     worker = Path(__file__).with_name("hudi014_worker.py")
-    logs = home / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    with (logs / "hudi-0.14.log").open("wb") as out:
-        proc = subprocess.Popen(
-            [str(python), str(worker), str(work / "job.json")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
-        try:
-            code = proc.wait(STREAMER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = -9
-        finally:
-            sampler.stop()
+    code, peak_mib, tail = _run_logged(
+        [str(python), str(worker), str(work / "job.json")], home / "logs" / "hudi-0.14.log", env
+    )
     result_file = Path(job["result"])
     if code != 0 or not result_file.exists():
-        tail = (logs / "hudi-0.14.log").read_text(errors="replace").splitlines()[-15:]
         for c in contenders.values():
             c.error = (f"the Hudi 0.14 worker exited {code}: " + " | ".join(tail))[:2000]
         return contenders, {}, {}
@@ -690,13 +682,13 @@ def run_hudi014(
         contender = contenders[name]
         contender.warmup_s, contender.seconds = seconds[0], seconds[1:]
         contender.records = sum(records[1:])
-        contender.peak_rss_mib = sampler.peak_mib
     rows = {name: (expected, int(out_json["rows"][key])) for name, key in pairs}
     extra = {
         "spark": out_json["spark"],
         "base_build_s": round(out_json["base_build_s"], 1),
         # Requested-to-completed seconds of the timed commits (the warm-up's dropped).
         "commit_s": {k: [round(s, 3) for s in v[1:]] for k, v in out_json["commit_s"].items()},
-        "peak_rss_mib_of_the_worker": sampler.peak_mib,
+        # One process holds both contenders: its peak, not theirs.
+        "peak_rss_mib_of_the_worker": peak_mib,
     }
     return contenders, rows, extra
