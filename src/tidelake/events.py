@@ -80,7 +80,9 @@ class ChangeEvent:
     """One committed change of one row (or one DDL statement) of a source table.
 
     ``key`` holds the primary-key values of the row the event applies to: for an INSERT or
-    UPDATE the new row, for a DELETE the deleted row. Values are kept as the wire format
+    UPDATE the new row, for a DELETE the deleted row. A producer that names no key (Debezium
+    Server) gives ``pk=()`` and ``key=None``: the lake takes the table's key from config, the
+    existing table or the source catalog. Values are kept as the wire format
     carried them (canal-json carries text); ``column_types`` holds the source SQL type of each
     column (``"decimal(38,10)"``, ``"bigint unsigned"``, ...) so the lake can type them.
     """
@@ -100,6 +102,14 @@ class ChangeEvent:
     ddl_type: str | None = None
     #: JetStream stream sequence of the message that carried the event (set by the stager).
     seq: int = 0
+    #: How the row values are written: ``""`` canal-json text (every format converts to it
+    #: where it can); ``"debezium-json"`` the raw values of a Debezium JsonConverter message
+    #: without schema, turned into text by ``formats.debezium.value_text`` once the lake knows
+    #: each column's source type.
+    encoding: str = ""
+    #: Columns the producer did not send (Debezium's unavailable-value placeholder, pgoutput's
+    #: unchanged TOAST): absent from the row image; the lake keeps their stored values.
+    unchanged: tuple[str, ...] = ()
 
     @property
     def table_id(self) -> str:
@@ -129,6 +139,8 @@ class ChangeEvent:
             "ddl": self.ddl,
             "ddl_type": self.ddl_type,
             "seq": self.seq,
+            "encoding": self.encoding,
+            "unchanged": list(self.unchanged),
         }
 
     def to_json(self) -> bytes:
@@ -151,6 +163,8 @@ class ChangeEvent:
             ddl=d.get("ddl"),
             ddl_type=d.get("ddl_type"),
             seq=int(d.get("seq") or 0),
+            encoding=d.get("encoding") or "",
+            unchanged=tuple(d.get("unchanged") or ()),
         )
 
     @classmethod
