@@ -247,6 +247,38 @@ class CatalogConfig(_Model):
     )
 
 
+class TableDefinitionConfig(_Model):
+    """What tidelake is told about one source table, for producers whose messages do not say
+    it (Debezium Server sends no key; TiCDC's default canal-json has ``decimal`` without its
+    precision and scale, ENUM indexes without labels)."""
+
+    primary_key: list[str] = Field(
+        [], description="record-key columns in key order (a producer's key list wins if sent)"
+    )
+    columns: dict[str, str] = Field(
+        {},
+        description="column → source type as the source declares it ('decimal(12,2)', "
+        "\"enum('new','paid')\", 'numeric', 'timestamp(3) without time zone'); overrides "
+        "the types a message carries, never a column the table already stores another way",
+    )
+
+
+class SourceCatalogConfig(_Model):
+    """A source database tidelake may read its tables' definitions from (read only)."""
+
+    dsn: str | None = Field(
+        None,
+        description="mysql://user@host:port/ (MySQL, MariaDB, TiDB) or "
+        "postgresql://user@host:port/dbname: column types and primary keys are read from "
+        "information_schema / pg_catalog for tables the stream does not define",
+    )
+    password: SecretStr | None = Field(None, description="env TIDELAKE_LAKE__SOURCE_CATALOG__PASSWORD")
+    password_file: Path | None = Field(None, description="file holding the password")
+
+    def resolved_password(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
 class LakeConfig(_Model):
     """The Hudi lake: where tables live and how they are written."""
 
@@ -283,6 +315,10 @@ class LakeConfig(_Model):
         "<lake>/_tidelake, or <home>/state when the lake is on object storage",
     )
     catalog: CatalogConfig = CatalogConfig()
+    tables: dict[str, TableDefinitionConfig] = Field(
+        {}, description="per table 'db.table' (PostgreSQL 'schema.table'): key and column types"
+    )
+    source_catalog: SourceCatalogConfig = SourceCatalogConfig()
 
 
 class IngestConfig(_Model):

@@ -12,7 +12,7 @@ timeline files by hand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,22 +33,28 @@ class TableCheckpoint:
 
     ``seq``: the highest stream sequence covered (events at or below it are duplicates);
     ``position``: the highest encoded position applied (the table's watermark: row events at
-    or below it are republished copies); ``schema_version``: DDL events applied so far.
+    or below it are republished copies); ``schema_version``: DDL events applied so far;
+    ``columns``: the source type of each column the table stores, in table order, as DDL
+    declared it or as the rows were typed (``lake/definitions.py``): the table's own
+    definition, carried in the same commit as the data it typed. Empty for a table written
+    before tidelake kept it.
     """
 
     seq: int
     position: str | None
     schema_version: int = 0
+    columns: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return orjson.dumps(
-            {
-                "version": CHECKPOINT_VERSION,
-                "seq": self.seq,
-                "position": self.position,
-                "schema_version": self.schema_version,
-            }
-        ).decode()
+        body: dict[str, Any] = {
+            "version": CHECKPOINT_VERSION,
+            "seq": self.seq,
+            "position": self.position,
+            "schema_version": self.schema_version,
+        }
+        if self.columns:
+            body["columns"] = self.columns
+        return orjson.dumps(body).decode()
 
     @classmethod
     def from_json(cls, text: str) -> TableCheckpoint:
@@ -60,6 +66,7 @@ class TableCheckpoint:
                 seq=int(d["seq"]),
                 position=d.get("position"),
                 schema_version=int(d.get("schema_version", 0)),
+                columns=dict(d.get("columns") or {}),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise IngestError(f"malformed table checkpoint {text!r}: {exc}") from exc

@@ -48,7 +48,7 @@ import datetime as dt
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -265,6 +265,7 @@ class SchemaEvolver:
             seq=event.seq,
             position=position,
             schema_version=(previous.schema_version if previous else 0) + 1,
+            columns=dict(previous.columns) if previous else {},
         )
 
     def _path(self, table_id: str) -> str:
@@ -303,8 +304,10 @@ class SchemaEvolver:
             if not op.primary_key:
                 log.warning("table without primary key not created", table=table_id)
                 return []
-            schema = schema_for({c.name: c.source_type for c in op.columns})
+            declared = {c.name: c.source_type for c in op.columns}
+            schema = schema_for(declared)
             pk = op.primary_key
+            checkpoint = replace(checkpoint, columns=declared)
         df = self.spark.createDataFrame([], schema)
         instant = self.writer.commit(table_id, df, checkpoint, pk=pk)
         self.tombstones.remove(table_id)
@@ -341,6 +344,7 @@ class SchemaEvolver:
         new_schema = StructType(
             [StructField(f.name, f.dtype, True) for f in plan.fields] + plan.lineage
         )
+        checkpoint = replace(checkpoint, columns=_declared_after(checkpoint.columns, ops))
         rows: int | None = None
         if plan.rewrite:
             df = self._rewritten(path, plan)
@@ -492,6 +496,7 @@ class SchemaEvolver:
                 seq=new_next.seq,
                 position=max(p for p in (old_next.position, new_next.position) if p),
                 schema_version=(old_cp.schema_version if old_cp else 0) + 1,
+                columns=dict(old_cp.columns) if old_cp else {},
             )
             old_path = self._path(old_id)
             if self._exists(new_id):
@@ -510,6 +515,24 @@ class SchemaEvolver:
             outcomes.append(DdlOutcome(new_id, "rename table (to)", carried, instant, rows))
         outcomes += self._drop(old_id, event, "rename table (from)")
         return outcomes
+
+
+def _declared_after(columns: dict[str, str], ops: Sequence[ddl.Operation]) -> dict[str, str]:
+    """The table's column source types after its column operations (``lake/definitions.py``:
+    what DDL declares is how later values are typed)."""
+    out = dict(columns)
+    for op in ops:
+        if isinstance(op, ddl.AddColumn):
+            out[op.column.name] = op.column.source_type
+        elif isinstance(op, ddl.DropColumn):
+            out.pop(op.name, None)
+        elif isinstance(op, ddl.RenameColumn) and op.old in out:
+            out = {(op.new if k == op.old else k): v for k, v in out.items()}
+        elif isinstance(op, ddl.ModifyColumn):
+            if op.new_name is not None and op.name in out:
+                out = {(op.new_name if k == op.name else k): v for k, v in out.items()}
+            out[op.new_name or op.name] = op.source_type
+    return out
 
 
 def converter_zone(name: str) -> dt.tzinfo:
