@@ -193,6 +193,13 @@ def source_type_of(kind: exp.DataType, dialect: Dialect) -> str:
     ``bigint unsigned``, ``text[]`` …), as canal-json's ``mysqlType`` would spell it."""
     if dialect == "postgres" and kind.this == exp.DataType.Type.DECIMAL and not kind.expressions:
         return "numeric"  # PostgreSQL's unconstrained numeric, not MySQL's DECIMAL(10,0)
+    if dialect == "mysql" and not kind.expressions:
+        # MySQL's defaults spelled out: a bare ``decimal`` / ``bit`` is how TiCDC's default
+        # mysqlType names a column of ANY precision (lake/definitions.py), not DECIMAL(10,0).
+        if kind.this == exp.DataType.Type.DECIMAL:
+            return "decimal(10,0)"
+        if kind.this == exp.DataType.Type.BIT:
+            return "bit(1)"
     text = kind.sql(dialect=dialect).lower()
     return re.sub(r",\s+", ",", text)
 
