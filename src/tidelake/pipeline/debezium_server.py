@@ -1,0 +1,175 @@
+"""Debezium Server as a child process: a real Debezium producer for tests and hand runs.
+
+``scripts/setup`` unpacks the Debezium Server distribution from Maven Central into
+``.cache/debezium-server/debezium-server`` (docs/debezium-server.md says which version and
+why). Debezium Server 3.x needs Java 21 or newer while Spark stays on the machine's default
+Java 17, so the JVM is chosen here and never made the default: ``TIDELAKE_DEBEZIUM_JAVA_HOME``,
+else the first JDK 21+ found under ``/usr/lib/jvm``.
+
+Each server gets a working directory of its own: Quarkus reads ``config/application.properties``
+relative to the working directory, and the offsets / schema-history files named in the
+properties live there too, so a stop and a start resume from the saved offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tidelake.errors import TidelakeError
+
+#: Where ``scripts/setup`` unpacks the distribution, relative to the project root.
+DIST_SUBDIR = Path(".cache") / "debezium-server" / "debezium-server"
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
+_MIN_JAVA = 21
+
+
+class DebeziumServerError(TidelakeError):
+    """Debezium Server could not be found, started or stopped."""
+
+
+def dist_dir() -> Path:
+    """The unpacked distribution (``TIDELAKE_DEBEZIUM_SERVER_HOME`` overrides)."""
+    env = os.environ.get("TIDELAKE_DEBEZIUM_SERVER_HOME")
+    return Path(env) if env else _PROJECT_ROOT / DIST_SUBDIR
+
+
+def _java_major(java: Path) -> int:
+    res = subprocess.run([str(java), "-version"], capture_output=True, text=True, check=False)
+    m = re.search(r'version "(\d+)', res.stderr + res.stdout)
+    return int(m.group(1)) if m else 0
+
+
+def java_binary() -> Path:
+    """A ``java`` of version 21 or newer (Debezium Server 3.x is built for Java 21)."""
+    env = os.environ.get("TIDELAKE_DEBEZIUM_JAVA_HOME")
+    candidates = [Path(env)] if env else sorted(Path("/usr/lib/jvm").glob("*"), reverse=True)
+    for home in candidates:
+        java = home / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK) and _java_major(java) >= _MIN_JAVA:
+            return java
+    raise DebeziumServerError(
+        f"no Java {_MIN_JAVA}+ found (set TIDELAKE_DEBEZIUM_JAVA_HOME); Debezium Server 3.x needs it"
+    )
+
+
+def available() -> bool:
+    """True when the distribution is unpacked and a suitable JVM exists."""
+    if not any(dist_dir().glob("debezium-server-*runner.jar")):
+        return False
+    try:
+        java_binary()
+    except DebeziumServerError:
+        return False
+    return True
+
+
+def render_properties(props: Mapping[str, object]) -> str:
+    """``application.properties`` text, one ``key=value`` a line, in the given order."""
+    lines = []
+    for key, value in props.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        lines.append(f"{key}={text}")
+    return "\n".join(lines) + "\n"
+
+
+class DebeziumServer:
+    """One Debezium Server JVM with its own working directory and properties."""
+
+    def __init__(self, workdir: Path, properties: Mapping[str, object]) -> None:
+        self.workdir = workdir.resolve()
+        self.properties = dict(properties)
+        self.log_path = self.workdir / "debezium-server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def properties_path(self) -> Path:
+        return self.workdir / "config" / "application.properties"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def argv(self) -> list[str]:
+        dist = dist_dir()
+        runners = sorted(dist.glob("debezium-server-*runner.jar"))
+        if not runners:
+            raise DebeziumServerError(
+                f"Debezium Server is not unpacked in {dist}: run scripts/setup"
+            )
+        classpath = os.pathsep.join([str(runners[0]), str(dist / "config" / "lib"), f"{dist}/lib/*"])
+        return [str(java_binary()), "-Xmx512m", "-cp", classpath, "io.debezium.server.Main"]
+
+    def start(self) -> DebeziumServer:
+        """Write the properties and start the JVM (it connects and begins in the background)."""
+        if self.running:
+            return self
+        self.properties_path.parent.mkdir(parents=True, exist_ok=True)
+        self.properties_path.write_text(render_properties(self.properties))
+        argv = self.argv()
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.starts += 1
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """A clean stop (SIGTERM: the engine commits its offsets), then SIGKILL if it hangs."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc is not None else None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_for_log(self, text: str, timeout_s: float = 120.0) -> None:
+        """Wait until ``text`` appears in the log; fail early when the JVM exits."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if text in self.log_path.read_text(errors="replace"):
+                    return
+            if self._proc is not None and self._proc.poll() is not None:
+                raise DebeziumServerError(
+                    f"Debezium Server exited ({self._proc.returncode}):\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+        raise DebeziumServerError(f"Debezium Server: no {text!r} in {timeout_s}s:\n{self.log_tail()}")
+
+    def __enter__(self) -> DebeziumServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
