@@ -12,6 +12,7 @@ holds each message's data exactly (one per line; the JSON converter writes no ne
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,12 +22,86 @@ import orjson
 
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.pipeline.debezium_server import DebeziumServer, render_properties
+from tidelake.pipeline.debezium_server import (
+    DebeziumServer,
+    dist_dir,
+    java_binary,
+    render_properties,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dbzkit  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "debezium_server"
+
+
+def _versions() -> str:
+    def first_line(argv: list[str]) -> str:
+        res = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return (res.stdout + res.stderr).strip().splitlines()[0]
+
+    runner = next(dist_dir().glob("debezium-server-*runner.jar")).name
+    pg = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))[-1]
+    return "\n".join(
+        [
+            f"- Debezium Server: `{runner}` (Maven Central `io.debezium:debezium-server-dist`)",
+            f"- Java: {first_line([str(java_binary()), '-version'])}",
+            f"- PostgreSQL: {first_line([str(pg), '--version'])}",
+            f"- MariaDB: {first_line(['/usr/sbin/mariadbd', '--version'])}",
+            f"- {first_line(['nats-server', '--version'])}",
+        ]
+    )
+
+
+def _sql_block(statements: list[str]) -> str:
+    return "```sql\n" + ";\n".join(s.strip() for s in statements) + ";\n```"
+
+
+def write_readme(name: str) -> None:
+    """The fixture directory's README: what produced it, exactly."""
+    source = "postgres" if name.startswith("postgres") else "mariadb"
+    schemas = name.endswith("-schemas")
+    if source == "postgres":
+        schema = [dbzkit.PG_SCHEMA]
+        snapshot, streaming = dbzkit.PG_SNAPSHOT_SQL, dbzkit.PG_STREAMING_SQL
+        notes = (
+            "`%(note1)s` / `%(note2)s` are `dbzkit.long_text(1)` / `long_text(2)`: 6,000 hex"
+            " characters, stored out of line (TOAST)."
+        )
+    else:
+        schema = dbzkit.MARIADB_SCHEMA
+        snapshot, streaming = dbzkit.MARIADB_SNAPSHOT_SQL, dbzkit.MARIADB_STREAMING_SQL
+        notes = "The server runs with `--default-time-zone=+00:00` (tidelake.capture.servers)."
+    text = f"""# Debezium Server output: {name}
+
+Real messages published by Debezium Server's `nats-jetstream` sink into tidelake's CDC stream,
+captured by `tests/integration/debezium_server/capture_fixtures.py {source}` (regenerate with
+that command; values such as LSNs, binlog positions and timestamps change on every run).
+Facts drawn from these files: `docs/debezium-server.md` and `../README.md`.
+
+JSON converter: `schemas.enable={str(schemas).lower()}` for key and value (the key is never
+published: the sink sends the record value only).
+
+## Files
+- `messages.jsonl`: the data of each message, byte for byte, one message a line, in stream order.
+- `envelope.jsonl`: the same line's JetStream stream sequence, subject and headers.
+- `application.properties`: the properties the server ran with (ports were free ones).
+
+## Versions
+{_versions()}
+
+## SQL
+Before Debezium Server started (schema, then the snapshot rows):
+
+{_sql_block(schema + snapshot)}
+
+After it logged that streaming started, one statement a transaction (autocommit):
+
+{_sql_block(streaming)}
+
+{notes}
+"""
+    (FIXTURES / name / "README.md").write_text(text)
 
 
 def _write(name: str, server: DebeziumServer, nats_url: str, prefix: str) -> int:
@@ -42,6 +117,7 @@ def _write(name: str, server: DebeziumServer, nats_url: str, prefix: str) -> int
         for m in msgs:
             f.write(orjson.dumps({"seq": m.seq, "subject": m.subject, "headers": m.headers}) + b"\n")
     (out / "application.properties").write_text(render_properties(server.properties))
+    write_readme(name)
     return len(msgs)
 
 
@@ -138,6 +214,10 @@ def mariadb(tmp: Path, nats_url: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["readme"]:
+        for name in argv[1:]:
+            write_readme(name)
+        return
     which = argv or ["postgres", "mariadb"]
     # kept after the run: the Debezium Server logs are the first thing to read when it fails
     tmp = Path(tempfile.mkdtemp(prefix="tidelake-dbz-"))
