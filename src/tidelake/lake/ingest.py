@@ -5,8 +5,9 @@ A loop over *rounds*. A round is one or more manifests in stream order (up to
 For each table of the round:
 
 1. drop events at or below the table checkpoint's stream sequence (redelivered or restaged
-   batches: DESIGN.md §3 rule 1) and row events at or below its position watermark
-   (republished events: rule 2);
+   batches: DESIGN.md §3 rule 1) and row events strictly below its position watermark
+   (republished events: rule 2; an event at the watermark may share its position with
+   applied ones and is applied, which is idempotent for a copy);
 2. collapse each key's events to the last by position (rule 4); a primary-key change also
    deletes the old key; a last DELETE becomes a row with ``_hoodie_is_deleted = true``;
 3. upsert the typed rows with the new :class:`TableCheckpoint` in the commit's extra metadata.
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from tidelake.api.control import TableControl
 from tidelake.api.heartbeat import write_heartbeat
@@ -46,6 +48,14 @@ from tidelake.lake.checkpoint import (
     TableCheckpoint,
     read_checkpoint,
     table_property,
+)
+from tidelake.lake.dead_letters import DeadLetters, Rejected
+from tidelake.lake.definitions import (
+    SourceCatalog,
+    canonical_key,
+    configured,
+    is_complete,
+    resolve_columns,
 )
 from tidelake.lake.hudi import (
     CHECKPOINT_KEY,
@@ -59,14 +69,19 @@ from tidelake.lake.hudi import (
     table_path,
     write_options,
 )
-from tidelake.lake.schema import LINEAGE_NAMES, converter, schema_for
+from tidelake.lake.schema import (
+    LINEAGE_FIELDS,
+    LINEAGE_NAMES,
+    converter,
+    spark_type,
+    value_form,
+)
 from tidelake.lake.spark import list_dir, table_exists
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
 from tidelake.stage.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 log = structlog.get_logger(__name__)
 
@@ -95,7 +110,7 @@ class Filtered:
     kept: list[ChangeEvent] = field(default_factory=list)
     #: At or below the checkpoint's stream sequence, or a second copy in this round.
     duplicates: int = 0
-    #: Row events at or below the position watermark (republished, or a stale DLQ replay).
+    #: Row events below the position watermark (republished, or a stale DLQ replay).
     stale: int = 0
 
 
@@ -111,10 +126,15 @@ def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | N
             out.duplicates += 1
             continue
         seen.add(ident)
+        # Strictly below: several events may share one position (a Debezium snapshot's rows,
+        # both halves of a key change), so an event AT the watermark may be new. Applying it
+        # again when it is a republished copy changes nothing: the lake already holds that
+        # key's image at that position, and nothing later of the table (or the watermark
+        # would be higher).
         if (
             event.op.is_row_change
             and watermark is not None
-            and event.position.encode() <= watermark
+            and event.position.encode() < watermark
         ):
             out.stale += 1
             continue
@@ -124,12 +144,15 @@ def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | N
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """The last change of one key: upsert ``row`` or delete it."""
+    """The last change of one key: upsert ``row`` or delete it. ``missing``: columns the
+    producer did not send (``ChangeEvent.unchanged``) that no earlier event of the batch
+    supplied: the row keeps the table's stored values for them."""
 
     key: tuple[Any, ...]
     delete: bool
     row: Mapping[str, Any]
     event: ChangeEvent
+    missing: frozenset[str] = frozenset()
 
 
 KeyFn = Callable[[Mapping[str, Any]], tuple[Any, ...]]
@@ -142,22 +165,40 @@ def _image(event: ChangeEvent) -> Mapping[str, Any]:
     return row
 
 
-def collapse(events: Sequence[ChangeEvent], key_of: KeyFn) -> list[Change]:
+def collapse(
+    events: Sequence[ChangeEvent],
+    key_of: KeyFn | None = None,
+    *,
+    key_for: Callable[[ChangeEvent], KeyFn] | None = None,
+) -> list[Change]:
     """Each key's last change by position (ties: the later event), in position order.
 
     An UPDATE whose primary key changed (a MySQL binlog UPDATE of a key column) also deletes
-    the old key, at the same position.
+    the old key, at the same position. An update that lacks columns (``unchanged``) takes
+    them from the key's previous upsert in the batch, when there is one.
     """
     last: dict[tuple[Any, ...], Change] = {}
 
     def offer(change: Change) -> None:
         held = last.get(change.key)
         if held is None or held.event.position <= change.event.position:
+            if change.missing and held is not None and not held.delete:
+                filled = {c: held.row[c] for c in change.missing if c in held.row}
+                change = Change(
+                    change.key,
+                    change.delete,
+                    {**change.row, **filled},
+                    change.event,
+                    (change.missing - filled.keys()) | (change.missing & held.missing),
+                )
             last[change.key] = change
 
     for event in events:
         if not event.op.is_row_change:
             continue
+        if key_for is not None:
+            key_of = key_for(event)
+        assert key_of is not None
         image = _image(event)
         if event.op is Op.DELETE:
             source = {**(event.key or {}), **image}
@@ -169,7 +210,7 @@ def collapse(events: Sequence[ChangeEvent], key_of: KeyFn) -> list[Change]:
             old_key = key_of(old_image)
             if old_key != new_key:
                 offer(Change(old_key, True, old_image, event))
-        offer(Change(new_key, False, image, event))
+        offer(Change(new_key, False, image, event, frozenset(event.unchanged)))
     return sorted(last.values(), key=lambda c: c.event.position)
 
 
@@ -194,7 +235,8 @@ class TableResult:
 
 
 def _columns(events: Sequence[ChangeEvent], pk: Sequence[str]) -> dict[str, str]:
-    """Column → source type over every event, in first-seen order; untyped ones as text."""
+    """Column → the type the messages carry (hints), over every event, in first-seen order;
+    a column no message types maps to ``""``."""
     columns: dict[str, str] = {}
     for event in events:
         for name, source_type in event.column_types.items():
@@ -202,9 +244,11 @@ def _columns(events: Sequence[ChangeEvent], pk: Sequence[str]) -> dict[str, str]
     for event in events:
         for image in (event.after, event.before, event.key):
             for name in image or {}:
-                columns.setdefault(name, UNTYPED)
+                columns.setdefault(name, "")
+        for name in event.unchanged:
+            columns.setdefault(name, "")
     for name in pk:
-        columns.setdefault(name, UNTYPED)
+        columns.setdefault(name, "")
     return {k: v for k, v in columns.items() if k not in LINEAGE_NAMES}
 
 
@@ -212,15 +256,94 @@ def _ms_to_utc(ms: int | None) -> dt.datetime | None:
     return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
+#: A stored Spark type → the source type that reads a value into it, for a column the table
+#: stores but no definition types (a table written before definitions were kept).
+_STORED_AS = {
+    "tinyint": "tinyint",
+    "smallint": "smallint",
+    "int": "int",
+    "bigint": "bigint",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp": "datetime",
+    "string": "text",
+    "binary": "varbinary",
+}
+
+
+@dataclass(frozen=True)
+class TableTypes:
+    """How the values of one table are typed: each column's source type (None: known
+    nowhere, ``lake/definitions.py``), the Spark types the table stores already, and the zone
+    of zone-less source timestamps."""
+
+    source: Mapping[str, str | None]
+    stored: Mapping[str, DataType] = field(default_factory=dict)
+    timezone: str = "UTC"
+    #: What the messages said of a column whose type is unknown (for the reason).
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_hints(cls, columns: Mapping[str, str], timezone: str = "UTC") -> TableTypes:
+        """Types from the messages alone (an untyped column as text)."""
+        return cls({c: t or UNTYPED for c, t in columns.items()}, {}, timezone)
+
+    def target(self, name: str) -> DataType | None:
+        """The Spark type column ``name`` is stored as; None when no source types it."""
+        held = self.stored.get(name)
+        if held is not None:
+            return held
+        source_type = self.source.get(name)
+        return spark_type(source_type) if source_type else None
+
+    def converter(self, table_id: str, name: str, form: str) -> Callable[[Any], Any]:
+        target = self.target(name)
+        source_type = self.source.get(name) or self.hints.get(name)
+        if target is None:
+            said = self.hints.get(name)
+            return _refuse(
+                f"{table_id}: the type of column {name} is not known"
+                + (f" (the message says only {said!r})" if said else "")
+                + f": define it by CREATE TABLE in the stream, lake.tables.{table_id}.columns "
+                "or lake.source_catalog"
+            )
+        if not source_type:
+            source_type = _STORED_AS.get(target.simpleString(), target.simpleString())
+        return converter(source_type, self.timezone, form, target)
+
+
+def _refuse(reason: str) -> Callable[[Any], Any]:
+    def refuse(value: Any) -> Any:
+        raise ValueError(reason)
+
+    return refuse
+
+
+class _Rejected(Exception):  # noqa: N818 -- control flow inside build_batch, never escapes
+    def __init__(self, event: ChangeEvent, reason: str) -> None:
+        super().__init__(reason)
+        self.event = event
+        self.reason = reason
+
+
+#: Reads the stored values of ``columns`` for typed ``keys``: key → column → typed value.
+CurrentValues = Callable[
+    [Sequence[tuple[Any, ...]], Sequence[str]], Mapping[tuple[Any, ...], Mapping[str, Any]]
+]
+
+
 @dataclass
 class TableBatch:
-    """The typed rows of one table's upsert, ready for Spark."""
+    """The typed rows of one table's upsert, ready for Spark, and the events refused."""
 
     columns: dict[str, str]
     schema: StructType
     rows: list[tuple[Any, ...]]
     upserts: int
     deletes: int
+    rejected: list[Rejected] = field(default_factory=list)
 
 
 def build_batch(
@@ -229,37 +352,110 @@ def build_batch(
     pk: Sequence[str],
     source_timezone: str = "UTC",
     ingest_ts: dt.datetime | None = None,
+    *,
+    types: TableTypes | None = None,
+    current: CurrentValues | None = None,
 ) -> TableBatch:
-    """Collapse ``events`` (already filtered) and type them into Spark rows."""
-    columns = _columns(events, pk)
-    convert = {
-        name: converter(source_type, source_timezone) for name, source_type in columns.items()
-    }
+    """Collapse ``events`` (already filtered) and type them into Spark rows.
 
-    def typed(name: str, value: Any) -> Any:
+    An event holding a value its column cannot store exactly (``lake/schema.py`` raises
+    ValueError) is left out and returned in ``rejected`` with the reason; the key's previous
+    event in the batch, if any, then decides the key, as if the refused event never came.
+    ``current`` reads the stored values of columns an update did not send.
+    """
+    hints = _columns(events, pk)
+    types = types or TableTypes.from_hints(hints, source_timezone)
+    rejected: list[Rejected] = []
+    live = list(events)
+    while True:
+        refused = _typed_batch(table_id, live, pk, types, ingest_ts, current)
+        if isinstance(refused, TableBatch):
+            refused.rejected = rejected
+            return refused
+        gone = {id(r.event) for r in refused}
+        rejected.extend(refused)
+        live = [e for e in live if id(e) not in gone]
+
+
+def _typed_batch(
+    table_id: str,
+    events: Sequence[ChangeEvent],
+    pk: Sequence[str],
+    types: TableTypes,
+    ingest_ts: dt.datetime | None,
+    current: CurrentValues | None,
+) -> TableBatch | list[Rejected]:
+    """The batch, or the events refused in this pass (the caller drops them and retries)."""
+    names = [n for n in _columns(events, pk) if types.target(n) is not None or n in pk]
+    unknown = [n for n in _columns(events, pk) if n not in names]
+    converters: dict[tuple[str, str], Callable[[Any], Any]] = {}
+
+    def typed(name: str, value: Any, event: ChangeEvent) -> Any:
+        if value is None:
+            return None
+        form = value_form(event.source, event.encoding)
+        fn = converters.get((name, form))
+        if fn is None:
+            fn = converters[(name, form)] = types.converter(table_id, name, form)
         try:
-            return convert[name](value)
+            return fn(value)
         except (ValueError, TypeError, ArithmeticError) as exc:
-            raise TableRefused(
-                f"{table_id}: value {value!r} of column {name} is not a valid "
-                f"{columns[name]}: {exc}"
+            raise _Rejected(
+                event,
+                f"{table_id}: value {str(value)[:200]!r} of column {name} cannot be stored "
+                f"exactly: {exc}",
             ) from exc
 
-    def key_of(image: Mapping[str, Any]) -> tuple[Any, ...]:
-        missing = [c for c in pk if image.get(c) is None]
-        if missing:
-            raise TableRefused(f"{table_id}: an event lacks primary-key column(s) {missing}")
-        return tuple(typed(c, image[c]) for c in pk)
+    def key_fn(event: ChangeEvent) -> KeyFn:
+        def key_of(image: Mapping[str, Any]) -> tuple[Any, ...]:
+            missing = [c for c in pk if image.get(c) is None]
+            if missing:
+                raise _Rejected(
+                    event, f"{table_id}: an event lacks primary-key column(s) {missing}"
+                )
+            return tuple(typed(c, image[c], event) for c in pk)
 
-    changes = collapse(events, key_of)
+        return key_of
+
+    refused: list[Rejected] = []
+    accepted: list[ChangeEvent] = []
+    for event in events:
+        if not event.op.is_row_change:
+            continue
+        try:
+            collapse([event], key_fn(event))  # every key the event touches types
+            for name in unknown:
+                if (event.row or {}).get(name) is not None:
+                    types.converter(table_id, name, "")(None)  # the reason, as a ValueError
+        except _Rejected as exc:
+            refused.append(Rejected(exc.event, exc.reason))
+            continue
+        except ValueError as exc:
+            refused.append(Rejected(event, str(exc)))
+            continue
+        accepted.append(event)
+    if refused:
+        return refused
+
+    changes = collapse(accepted, key_for=key_fn)
+    stored_values = _stored_values(table_id, changes, current)
+    if isinstance(stored_values, list):
+        return stored_values
     now = ingest_ts or dt.datetime.now(dt.UTC)
-    names = list(columns)
     rows = []
     deletes = 0
     for change in changes:
         e = change.event
+        try:
+            held = stored_values.get(change.key, {})
+            values = [
+                held[name] if name in change.missing else typed(name, change.row.get(name), e)
+                for name in names
+            ]
+        except _Rejected as exc:
+            refused.append(Rejected(exc.event, exc.reason))
+            continue
         deletes += change.delete
-        values = [typed(name, change.row.get(name)) for name in names]
         op = Op.DELETE.value if change.delete else e.op.value
         rows.append(
             (
@@ -272,7 +468,35 @@ def build_batch(
                 change.delete,
             )
         )
-    return TableBatch(columns, schema_for(columns), rows, len(rows) - deletes, deletes)
+    if refused:
+        return refused
+    schema = StructType(
+        [StructField(n, types.target(n) or StringType(), True) for n in names]
+        + list(LINEAGE_FIELDS)
+    )
+    used = {n: types.source.get(n) or "" for n in names}
+    return TableBatch(used, schema, rows, len(rows) - deletes, deletes)
+
+
+def _stored_values(
+    table_id: str, changes: Sequence[Change], current: CurrentValues | None
+) -> dict[tuple[Any, ...], Mapping[str, Any]] | list[Rejected]:
+    """The stored values of the columns updates did not send, per key."""
+    wanting = [c for c in changes if c.missing and not c.delete]
+    if not wanting:
+        return {}
+    columns = sorted({name for c in wanting for name in c.missing})
+    found = dict(current([c.key for c in wanting], columns)) if current is not None else {}
+    refused = [
+        Rejected(
+            c.event,
+            f"{table_id}: column(s) {sorted(c.missing)} were not sent (unchanged at the source) "
+            f"and the lake holds no row for key {c.key} to take them from",
+        )
+        for c in wanting
+        if c.key not in found
+    ]
+    return refused or found
 
 
 class TableWriter:
@@ -286,6 +510,10 @@ class TableWriter:
         self.lake_root = config.lake_root
         self.source_timezone = config.lake.source_timezone
         self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
+        #: Per table: the Spark types of the columns it stores (kept current by our commits).
+        self._stored: dict[str, dict[str, DataType]] = {}
+        self.catalog = SourceCatalog(config)
+        self.dead_letters = DeadLetters(config)
         self.evolver = SchemaEvolver(self)
 
     def checkpoint(self, table_id: str) -> TableCheckpoint | None:
@@ -315,6 +543,7 @@ class TableWriter:
     def forget(self, table_id: str) -> None:
         """Re-read the checkpoint from Hudi next time (after a failed write)."""
         self._checkpoints.pop(table_id, None)
+        self._stored.pop(table_id, None)
 
     def apply(
         self,
@@ -393,25 +622,48 @@ class TableWriter:
         row_events: Sequence[ChangeEvent],
         seq_last: int,
     ) -> None:
-        """Upsert row events in one Hudi commit with the table's next checkpoint."""
+        """Upsert row events in one Hudi commit with the table's next checkpoint; events
+        whose values the table cannot store exactly go to the dead-letter stream first."""
         started = time.monotonic()
         table_id = result.table
         previous = self.checkpoint(table_id)
-        pk = self._primary_key(table_id, row_events)
         path = table_path(self.lake_root, database, table)
         existed = self.exists(path)
+        stored = self._stored_types(table_id, path) if existed else {}
+        stored_key = self.stored_primary_key(path) if existed else None
+        pk, no_key = self._primary_key(table_id, row_events, stored_key)
+        types, declared = self._types(table_id, row_events, pk, stored, previous)
+        if no_key:
+            batch = TableBatch(
+                {}, StructType([]), [], 0, 0, [Rejected(e, no_key) for e in row_events]
+            )
+        else:
+            batch = build_batch(
+                table_id,
+                row_events,
+                pk,
+                types=types,
+                current=lambda keys, cols: self._current_values(path, pk, stored, keys, cols),
+            )
+        if batch.rejected:
+            self._dead_letter(table_id, batch.rejected)
         positions = [e.position.encode() for e in row_events]
         if previous and previous.position:
             positions.append(previous.position)
+        columns = dict(previous.columns) if previous else {}
+        columns.update({n: t for n, t in declared.items() if n in batch.columns})
         checkpoint = TableCheckpoint(
             seq=max(seq_last, previous.seq if previous else 0),
             position=max(positions),
             schema_version=previous.schema_version if previous else 0,
+            columns=columns,
         )
-        batch = build_batch(table_id, row_events, pk, self.source_timezone)
-        df = self.spark.createDataFrame(batch.rows, batch.schema)
+        if not batch.rows and not existed:
+            return  # every event dead-lettered, and no table to carry the checkpoint
+        schema = batch.schema if batch.rows else self.stored_schema(path)
+        df = self.spark.createDataFrame(batch.rows, schema)
         built = time.monotonic()
-        instant = self.commit(table_id, df, checkpoint, pk=pk)
+        instant = self.commit(table_id, df, checkpoint, pk=pk or stored_key)
         if not existed:
             self.sync_catalog(table_id)
         commit_ms = sorted(e.commit_ts_ms for e in row_events if e.commit_ts_ms is not None)
@@ -426,6 +678,7 @@ class TableWriter:
                 "events": len(row_events),
                 "upserts": batch.upserts,
                 "deletes": batch.deletes,
+                "dead_lettered": len(batch.rejected),
                 "ddl": 0,
                 "skipped_duplicates": result.duplicates,
                 "skipped_stale": result.stale,
@@ -437,6 +690,109 @@ class TableWriter:
                 "prepare_ms": int((built - started) * 1000),
             }
         )
+
+    def _primary_key(
+        self, table_id: str, row_events: Sequence[ChangeEvent], stored_key: tuple[str, ...] | None
+    ) -> tuple[tuple[str, ...], str | None]:
+        """The table's record key in its one canonical order (``lake/definitions.py``), and
+        a reason when no source names one (its events are then dead-lettered)."""
+        given: tuple[str, ...] = next((e.pk for e in reversed(row_events) if e.pk), ())
+        if not given:
+            given = configured(self.config, table_id).primary_key or stored_key or ()
+        if not given:
+            found = self.catalog.get(table_id)
+            given = found.primary_key if found else ()
+        if not given:
+            return (), (
+                f"{table_id}: no primary key known — the message names none; set "
+                f"lake.tables.{table_id}.primary_key or lake.source_catalog (the lake refuses "
+                "keyless tables: Hudi needs a record key to upsert and delete exactly)"
+            )
+        key = canonical_key(given, stored_key)
+        if stored_key and set(key) != set(stored_key):
+            raise TableRefused(
+                f"{table_id}: the primary key changed from {list(stored_key)} to {list(key)}; "
+                "the table's record key cannot change in place"
+            )
+        return key, None
+
+    def _types(
+        self,
+        table_id: str,
+        row_events: Sequence[ChangeEvent],
+        pk: Sequence[str],
+        stored: Mapping[str, DataType],
+        previous: TableCheckpoint | None,
+    ) -> tuple[TableTypes, dict[str, str]]:
+        """How this batch's values are typed, and the source types it declares for the
+        table (to keep in its checkpoint): configured > the table's own > catalog > a
+        complete message type; a stored column keeps its stored Spark type."""
+        hints = _columns(row_events, pk)
+        conf = configured(self.config, table_id).columns
+        known = previous.columns if previous else {}
+
+        def settled(name: str) -> bool:
+            return name in conf or name in known or is_complete(hints.get(name) or "decimal")
+
+        catalog: Mapping[str, str] = {}
+        if self.catalog.enabled and not all(settled(n) for n in hints):
+            found = self.catalog.get(table_id)
+            catalog = found.columns if found else {}
+        source = resolve_columns(
+            list(hints), configured_types=conf, known=known, catalog=catalog, hints=hints
+        )
+        declared = {n: t for n, t in source.items() if t is not None}
+        types = TableTypes(
+            source,
+            stored,
+            self.source_timezone,
+            {n: h for n, h in hints.items() if h},
+        )
+        return types, declared
+
+    def _stored_types(self, table_id: str, path: str) -> dict[str, DataType]:
+        held = self._stored.get(table_id)
+        if held is None:
+            held = self._stored[table_id] = _source_fields(self.stored_schema(path))
+        return held
+
+    def _current_values(
+        self,
+        path: str,
+        pk: Sequence[str],
+        stored: Mapping[str, DataType],
+        keys: Sequence[tuple[Any, ...]],
+        columns: Sequence[str],
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """The stored values of ``columns`` for ``keys`` (a partial update's unsent columns)."""
+        from pyspark.sql import functions as F  # noqa: N812 (PySpark's own convention)
+
+        wanted = [c for c in columns if c in stored]
+        if not keys or not stored:
+            return {}
+        key_rows = self.spark.createDataFrame(
+            [tuple(k) for k in set(keys)],
+            StructType([StructField(c, stored[c], True) for c in pk]),
+        )
+        current = self.spark.read.format("hudi").load(path)
+        picked = current.join(F.broadcast(key_rows), on=list(pk), how="inner")
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for row in picked.select(*pk, *wanted).collect():
+            values = row.asDict()
+            key = tuple(values[c] for c in pk)
+            out[key] = {c: values[c] for c in wanted}
+            out[key].update({c: None for c in columns if c not in stored})
+        return out
+
+    def _dead_letter(self, table_id: str, rejected: Sequence[Rejected]) -> None:
+        """Dead-letter ``rejected`` (acked before the commit that passes them), or pause the
+        table when no bus is configured to take them."""
+        if not self.dead_letters.available:
+            raise TableRefused(f"{rejected[0].reason} (no bus.url to dead-letter it)")
+        try:
+            self.dead_letters.publish(rejected)
+        except Exception as exc:  # a bus error: the round is retried, nothing is committed
+            raise IngestError(f"{table_id}: dead letters not published: {exc}") from exc
 
     # -- what lake/evolve.py uses
 
@@ -478,6 +834,12 @@ class TableWriter:
                 f"({committed.checkpoint if committed else None} != {checkpoint})"
             )
         self._checkpoints[table_id] = committed
+        written = _source_fields(df.schema)
+        held = self._stored.get(table_id)
+        if rewrite:
+            self._stored[table_id] = written
+        elif held is not None:
+            held.update({n: t for n, t in written.items() if n not in held})
         return committed.instant
 
     def uses_record_index(self, path: str) -> bool:
@@ -537,6 +899,7 @@ class TableWriter:
         self._checkpoints[table_id] = (
             CommittedCheckpoint(tombstone, "dropped", None) if tombstone else None
         )
+        self._stored.pop(table_id, None)
 
     def sync_catalog(self, table_id: str) -> None:
         """Make the catalog show the table's current schema (after creation or a DDL)."""
@@ -579,19 +942,6 @@ class TableWriter:
         shutil.rmtree(scratch, ignore_errors=True)
         return time.monotonic() - started
 
-    @staticmethod
-    def _primary_key(table_id: str, row_events: Sequence[ChangeEvent]) -> tuple[str, ...]:
-        pk: tuple[str, ...] = ()
-        for e in row_events:
-            if not e.pk:
-                raise TableRefused(
-                    f"{table_id} has no primary key: Hudi needs a record key to upsert and "
-                    f"delete exactly; add a primary key to the source table "
-                    f"(event at position {e.position}, stream sequence {e.seq})"
-                )
-            pk = e.pk
-        return pk
-
     def stored_schema(self, path: str) -> StructType:
         """The table's source and lineage columns as stored (no ``_hoodie_*`` meta columns)."""
         from pyspark.sql.types import StructType
@@ -617,6 +967,15 @@ class TableWriter:
             if line.startswith("hoodie.table.recordkey.fields="):
                 return tuple(line.split("=", 1)[1].split(","))
         raise IngestError(f"{path}: no record key in hoodie.properties")
+
+
+def _source_fields(schema: StructType) -> dict[str, DataType]:
+    """The source columns of a table schema (no lineage, no ``_hoodie_*``) → Spark type."""
+    return {
+        f.name: f.dataType
+        for f in schema.fields
+        if f.name not in LINEAGE_NAMES and not f.name.startswith("_hoodie_")
+    }
 
 
 # --- the loop -------------------------------------------------------------------------------

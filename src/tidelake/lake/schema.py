@@ -179,6 +179,101 @@ def _to_int(value: Any) -> int:
     return int(str(value).strip())
 
 
+#: Inclusive range of each Spark integer type.
+_INT_RANGES: dict[type[DataType], tuple[int, int]] = {
+    ByteType: (-(2**7), 2**7 - 1),
+    ShortType: (-(2**15), 2**15 - 1),
+    IntegerType: (-(2**31), 2**31 - 1),
+    LongType: (-(2**63), 2**63 - 1),
+}
+
+
+def _in_range(fn: Callable[[Any], int], target: DataType) -> Callable[[Any], int]:
+    low, high = _INT_RANGES[type(target)]
+
+    def checked(value: Any) -> int:
+        number = fn(value)
+        if not low <= number <= high:
+            raise ValueError(f"{number} does not fit in {target.simpleString()}")
+        return number
+
+    return checked
+
+
+def _labels(args: str | None) -> tuple[str, ...] | None:
+    """The members of ``enum('a','b')`` / ``set('x','y')`` (SQL string literals, ``''`` and
+    backslash escapes), None when the type carries none."""
+    if args is None:
+        return None
+    members: list[str] = []
+    i, n = 0, len(args)
+    while i < n:
+        ch = args[i]
+        if ch in " ,\t":
+            i += 1
+            continue
+        if ch != "'":
+            raise ValueError(f"not a list of labels: ({args})")
+        i += 1
+        out: list[str] = []
+        while i < n:
+            ch = args[i]
+            if ch == "\\" and i + 1 < n:
+                out.append(args[i + 1])
+                i += 2
+            elif ch == "'" and i + 1 < n and args[i + 1] == "'":
+                out.append("'")
+                i += 2
+            elif ch == "'":
+                i += 1
+                break
+            else:
+                out.append(ch)
+                i += 1
+        members.append("".join(out))
+    return tuple(members)
+
+
+def _enum_label(labels: tuple[str, ...] | None, source_type: str) -> Callable[[Any], str]:
+    """TiCDC's ENUM value: the 1-based index of the label (0: the empty error value); see
+    ``canalJSONFormatColumn`` (TypeEnum → ParseInt) in pingcap/tiflow
+    ``pkg/sink/codec/canal/canal_json_message.go``."""
+
+    def label(value: Any) -> str:
+        if labels is None:
+            raise ValueError(
+                f"ENUM index {value} but the labels of {source_type!r} are unknown: the column "
+                "definition is needed (CREATE TABLE in the stream, lake.tables.<table>.columns "
+                "or lake.source_catalog)"
+            )
+        index = _to_int(value)
+        if index == 0:
+            return ""
+        if not 0 < index <= len(labels):
+            raise ValueError(f"ENUM index {index} out of range for {source_type}")
+        return labels[index - 1]
+
+    return label
+
+
+def _set_labels(labels: tuple[str, ...] | None, source_type: str) -> Callable[[Any], str]:
+    """TiCDC's SET value: the bit mask of its members (TypeSet → ParseUint, same function)."""
+
+    def members(value: Any) -> str:
+        if labels is None:
+            raise ValueError(
+                f"SET mask {value} but the members of {source_type!r} are unknown: the column "
+                "definition is needed (CREATE TABLE in the stream, lake.tables.<table>.columns "
+                "or lake.source_catalog)"
+            )
+        mask = _to_int(value)
+        if mask < 0 or mask >= 1 << len(labels):
+            raise ValueError(f"SET mask {mask} out of range for {source_type}")
+        return ",".join(m for i, m in enumerate(labels) if mask >> i & 1)
+
+    return members
+
+
 def _to_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -197,13 +292,25 @@ def _to_bool(value: Any) -> bool:
 _DECIMAL_CONTEXT = Context(prec=100)
 
 
-def _to_decimal(value: Any, scale: int) -> Decimal:
+def _to_decimal(value: Any, precision: int, scale: int) -> Decimal:
+    """The value as ``DECIMAL(precision, scale)``, exactly, or a ValueError: a digit the
+    column cannot hold is never rounded away (nor a value too wide for it stored)."""
     try:
         number = Decimal(str(value).strip())
     except InvalidOperation as exc:
         raise ValueError(f"not a decimal: {value!r}") from exc
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a finite number: decimal({precision},{scale}) has none")
     # The default context holds 28 digits; DECIMAL(38, s) needs more.
-    return number.quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+    exact = number.quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+    if exact != number:
+        raise ValueError(
+            f"{value} has more than {scale} decimal places: decimal({precision},{scale}) "
+            "would round it"
+        )
+    if len(exact.as_tuple().digits) > precision and exact != 0:
+        raise ValueError(f"{value} does not fit in decimal({precision},{scale})")
+    return exact
 
 
 def _is_zero_date(text: str) -> bool:
@@ -288,16 +395,41 @@ def _zone(name: str) -> dt.tzinfo:
     return dt.UTC if name.upper() == "UTC" else ZoneInfo(name)
 
 
-def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any], Any]:
-    """A function turning one wire value of ``source_type`` into the Python value Spark takes
-    for :func:`spark_type` ``(source_type)``. None stays None."""
-    target = spark_type(source_type)
+#: How a producer writes values (``ChangeEvent`` → :func:`value_form`): ``text`` canal-json
+#: text with ENUM/SET as labels (tidelake's capture, Debezium with a schema); ``ticdc`` TiCDC
+#: canal-json, ENUM as index and SET as bit mask; ``debezium-<connector>`` the raw values of
+#: a Debezium JsonConverter message without schema.
+TEXT_FORM = "text"
+TICDC_FORM = "ticdc"
+#: ``ChangeEvent.source`` values of TiCDC canal-json (with and without the TiDB extension).
+_TICDC_SOURCES = frozenset({"tidb", "canal"})
+
+
+def value_form(source: str, encoding: str) -> str:
+    """The value form of an event of ``source`` (``ChangeEvent.source``) and ``encoding``."""
+    if encoding == "debezium-json":
+        return source if source.startswith("debezium") else "debezium"
+    return TICDC_FORM if source in _TICDC_SOURCES else TEXT_FORM
+
+
+def converter(
+    source_type: str,
+    source_timezone: str = "UTC",
+    form: str = TEXT_FORM,
+    target: DataType | None = None,
+) -> Callable[[Any], Any]:
+    """A function turning one wire value of ``source_type``, written in ``form``, into the
+    Python value Spark takes for ``target`` (default :func:`spark_type` ``(source_type)``:
+    a column the table already stores keeps its stored type). None stays None. A value that
+    cannot be stored exactly raises ValueError naming why."""
+    target = target or spark_type(source_type)
+    name, args, _ = _normalise(source_type)
     fn: Callable[[Any], Any]
     if isinstance(target, ByteType | ShortType | IntegerType | LongType):
-        fn = _to_bit if _normalise(source_type)[0] == "bit" else _to_int
+        fn = _in_range(_to_bit if name == "bit" else _to_int, target)
     elif isinstance(target, DecimalType):
-        scale = target.scale
-        fn = lambda v: _to_decimal(v, scale)  # noqa: E731
+        precision, scale = target.precision, target.scale
+        fn = lambda v: _to_decimal(v, precision, scale)  # noqa: E731
     elif isinstance(target, FloatType | DoubleType):
         fn = lambda v: float(v) if not isinstance(v, str) else float(v.strip())  # noqa: E731
     elif isinstance(target, BooleanType):
@@ -310,8 +442,18 @@ def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any],
         fn = lambda v: _to_timestamp(v, zone)  # noqa: E731
     elif isinstance(target, BinaryType):
         fn = lambda v: _to_bytes(v, source_type)  # noqa: E731
+    elif isinstance(target, StringType) and name in ("decimal", "dec", "fixed", "numeric"):
+        fn = _decimal_text
     else:
         fn = _to_string
+    if form == TICDC_FORM and name in ("enum", "set"):
+        pick = (_enum_label if name == "enum" else _set_labels)(_labels(args), source_type)
+        fn = _then(pick, fn)
+    elif form.startswith("debezium"):
+        from tidelake.formats.debezium import value_text
+
+        connector = form.removeprefix("debezium").removeprefix("-")
+        fn = _then(lambda v: value_text(v, source_type, connector), fn)
 
     def convert(value: Any) -> Any:
         return None if value is None else fn(value)
@@ -319,9 +461,29 @@ def converter(source_type: str, source_timezone: str = "UTC") -> Callable[[Any],
     return convert
 
 
-def convert_value(value: Any, source_type: str, source_timezone: str = "UTC") -> Any:
+def _then(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def both(value: Any) -> Any:
+        value = first(value)
+        return None if value is None else second(value)
+
+    return both
+
+
+def _decimal_text(value: Any) -> str:
+    """A decimal too wide for Spark, kept as its exact text (checked to be a number)."""
+    text = str(value).strip()
+    try:
+        Decimal(text)
+    except InvalidOperation as exc:
+        raise ValueError(f"not a decimal: {value!r}") from exc
+    return text
+
+
+def convert_value(
+    value: Any, source_type: str, source_timezone: str = "UTC", form: str = TEXT_FORM
+) -> Any:
     """One wire value → its typed Python value (see :func:`converter`)."""
-    return converter(source_type, source_timezone)(value)
+    return converter(source_type, source_timezone, form)(value)
 
 
 # --- type changes ---------------------------------------------------------------------------
