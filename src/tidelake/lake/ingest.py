@@ -822,10 +822,11 @@ class TableWriter:
         )
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
-        except Exception as exc:  # py4j / Spark errors: keep the first line, chain the rest
+        except Exception as exc:  # py4j / Spark errors: the JVM cause chain, root cause last
+            from tidelake.lake.jvm_errors import describe_error
+
             self.forget(table_id)
-            first_line = str(exc).strip().split("\n", 1)[0]
-            raise IngestError(f"{table_id}: the Hudi write failed: {first_line}") from exc
+            raise IngestError(f"{table_id}: the Hudi write failed: {describe_error(exc)}") from exc
         committed = read_checkpoint(self.spark, path)
         if committed is None or committed.checkpoint != checkpoint:
             self.forget(table_id)
