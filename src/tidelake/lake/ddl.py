@@ -734,6 +734,9 @@ def _pre_classify(text: str, default_db: str) -> list[Operation] | str:
         return text
     head_end = offset + m.end()
     table = _table_of(text[offset + m.start(2) : head_end], default_db)
+    if re.match(r"\s*SET\s+TIFLASH\s+REPLICA\b", masked[head_end:], re.IGNORECASE):
+        # A statement of its own (LOCATION LABELS 'a', 'b' has commas of its own).
+        return [NoOp(table, "SET TIFLASH REPLICA")]
     kept: list[str] = []
     skipped: list[str] = []
     for start, end in _split_top(masked, ",", head_end):
