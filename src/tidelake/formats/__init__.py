@@ -17,18 +17,22 @@ from tidelake.formats._common import Decoded, JsonObject
 __all__ = ["Decoded", "decode"]
 
 
-def decode(payload: bytes, *, seq: int, key_json: bytes | None = None) -> Decoded:
+def decode(
+    payload: bytes, *, seq: int, key_json: bytes | None = None, subject: str | None = None
+) -> Decoded:
     """Decode one message of any supported format; every event gets stream sequence ``seq``.
 
-    ``key_json`` is the message key (Kafka key / ``Tidelake-Key`` header): Debezium needs it
-    to know the primary key; canal-json names its key columns itself and ignores it.
+    ``key_json`` is the message key (Kafka key / ``Tidelake-Key`` header): Debezium's names
+    the primary key (without it the event leaves the key to the lake); canal-json names its
+    key columns itself and ignores it. ``subject`` is the NATS subject the message came on:
+    a flattened Debezium row that does not name its table takes it from there.
     Detection, per message: ``__deleted``/``__op`` → flattened Debezium; a
     ``{"schema", "payload"}`` wrapper or ``op`` + ``source`` + ``before``/``after`` → Debezium
     envelope; ``isDdl``/``pkNames``/``type`` + ``data`` → canal-json.
     """
     obj = _parse(payload)
     try:
-        return _decode_object(obj, seq=seq, key_json=key_json)
+        return _decode_object(obj, seq=seq, key_json=key_json, subject=subject)
     except RecursionError as exc:  # pathological nesting in a value the decoder walks
         raise DecodeError("message nested too deeply") from exc
 
@@ -59,11 +63,13 @@ def _parse(payload: bytes) -> JsonObject | None:
     return obj
 
 
-def _decode_object(obj: JsonObject | None, *, seq: int, key_json: bytes | None) -> Decoded:
+def _decode_object(
+    obj: JsonObject | None, *, seq: int, key_json: bytes | None, subject: str | None
+) -> Decoded:
     if obj is None:
         return Decoded(skipped="tombstone", format=debezium.FORMAT)
     if debezium.looks_like_flat(obj):
-        return debezium.decode_flat(obj, None, seq=seq, key_json=key_json)
+        return debezium.decode_flat(obj, None, seq=seq, key_json=key_json, subject=subject)
     if "payload" in obj and set(obj) <= {"schema", "payload"}:
         inner = obj["payload"]
         schema = obj.get("schema")
@@ -74,7 +80,7 @@ def _decode_object(obj: JsonObject | None, *, seq: int, key_json: bytes | None) 
         if not isinstance(inner, dict):
             raise DecodeError(f"debezium: payload must be an object, got {type(inner).__name__}")
         if debezium.looks_like_flat(inner):
-            return debezium.decode_flat(inner, schema, seq=seq, key_json=key_json)
+            return debezium.decode_flat(inner, schema, seq=seq, key_json=key_json, subject=subject)
         if debezium.looks_like_envelope(inner):
             return debezium.decode_envelope(inner, schema, seq=seq, key_json=key_json)
         raise DecodeError("unknown format: a payload wrapper holding neither envelope nor row")

@@ -134,7 +134,7 @@ def test_key_with_connect_schema_orders_composite_key() -> None:
 
 
 def test_schema_gives_column_types_and_canal_text_values() -> None:
-    """With a Connect schema: SQL-ish column types, and Decimal / bytes / time values as text."""
+    """With a Connect schema: source column types, and every value in canal-json text form."""
     cols = [
         field("id", "int64"),
         field(
@@ -176,7 +176,7 @@ def test_schema_gives_column_types_and_canal_text_values() -> None:
         "doc": "json",
     }
     expected_row = {
-        "id": 1,
+        "id": "1",
         "amount": "-1234567890.1234567890",
         "at": "2024-05-05 17:13:06.123",
         "at_us": "2024-05-05 17:13:06.000001",
@@ -246,7 +246,6 @@ def test_flattened_mysql_fields_order_by_binlog() -> None:
 @pytest.mark.parametrize(
     ("raw", "key", "reason"),
     [
-        (envelope("c", after={"id": 1}), None, "no primary key known for shop.t"),
         (envelope("c", after={"v": 1}), b'{"id": null}', "NULL or missing primary key column 'id'"),
         (envelope("c", after=None), KEY, "op c on shop.t without an after image"),
         (envelope("d", before=None), KEY, "delete of shop.t without a before image"),
@@ -261,7 +260,7 @@ def test_flattened_mysql_fields_order_by_binlog() -> None:
          "source.sequence must be a list of two LSNs"),
         (orjson.dumps({"id": 1, "__deleted": "maybe", "__db": "s", "__table": "t"}), KEY,
          "__deleted must be true/false"),
-        (orjson.dumps({"id": 1, "__op": "c"}), KEY, "missing database name"),
+        (orjson.dumps({"id": 1, "__op": "c"}), KEY, "missing database (schema) name"),
     ],
 )  # fmt: skip
 def test_malformed_debezium_is_a_decode_error_with_reason(
@@ -285,3 +284,135 @@ def test_bad_decimal_encoding_names_the_column() -> None:
     expected = True
     actual = "column 'd'" in info.value.reason
     assert expected == actual, info.value.reason
+
+
+# --- keys -------------------------------------------------------------------------------
+
+
+def test_without_message_key_the_lake_resolves_the_key() -> None:
+    """Debezium Server's NATS sink publishes no key: the event has pk=() and key=None, and
+    the row image is kept whole (no key-change split is attempted)."""
+    raw = envelope("u", before={"id": 1, "v": "a"}, after={"id": 2, "v": "b"})
+    decoded = decode(raw, seq=4)
+    expected = [(Op.UPDATE, (), None, {"id": 2, "v": "b"}, "debezium-json")]
+    actual = [(e.op, e.pk, e.key, e.row, e.encoding) for e in decoded.events]
+    assert expected == actual
+
+
+def test_delete_without_message_key_keeps_the_before_image() -> None:
+    """A keyless delete keeps its before image for the lake to take the key from."""
+    decoded = decode(envelope("d", before={"id": 3, "v": None}), seq=1)
+    expected = [(Op.DELETE, (), None, {"id": 3, "v": None})]
+    actual = [(e.op, e.pk, e.key, e.row) for e in decoded.events]
+    assert expected == actual
+
+
+# --- the unavailable-value placeholder --------------------------------------------------
+
+PLACEHOLDER_B64 = base64.b64encode(b"__debezium_unavailable_value").decode()
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "__debezium_unavailable_value",  # text, json, jsonb (PostgresValueConverter.convertString)
+        PLACEHOLDER_B64,  # bytea, bytes mode (convertBinaryToBytes → getToastPlaceholderBinary)
+        ["__debezium_unavailable_value"],  # text[] (UNCHANGED_TEXT_ARRAY_TOAST_VALUE)
+        [PLACEHOLDER_B64],  # bytea[] (UNCHANGED_BINARY_ARRAY_TOAST_VALUE)
+        list(b"__debezium_unavailable_value"),  # int[]/bigint[]: the placeholder's bytes
+        ["b68a35a7-17ad-35b3-af2a-ae46edb4545a"],  # uuid[]: UUID.nameUUIDFromBytes
+        {"__debezium_unavailable_value": "__debezium_unavailable_value"},  # hstore map
+        '{"__debezium_unavailable_value":"__debezium_unavailable_value"}',  # hstore json mode
+    ],
+)
+def test_unavailable_placeholder_is_removed_and_listed(form: Any) -> None:
+    """UnchangedToastedPlaceholder's forms of __debezium_unavailable_value: the column leaves
+    the after image and is listed in ``unchanged`` (the lake keeps its stored value)."""
+    raw = envelope("u", after={"id": 1, "n": 2, "note": form}, source=PG_SOURCE)
+    event = decode(raw, seq=1).events[0]
+    expected = ({"id": 1, "n": 2}, ("note",))
+    actual = (event.after, event.unchanged)
+    assert expected == actual
+
+
+def test_placeholder_uuid_is_name_uuid_from_bytes() -> None:
+    """The uuid[] form is Java's UUID.nameUUIDFromBytes (MD5, version 3) of the placeholder."""
+    import hashlib
+    import uuid
+
+    digest = hashlib.md5(b"__debezium_unavailable_value", usedforsecurity=False).digest()
+    expected = "b68a35a7-17ad-35b3-af2a-ae46edb4545a"
+    actual = str(uuid.UUID(bytes=digest, version=3))
+    assert expected == actual
+
+
+# --- flattened namespace ------------------------------------------------------------------
+
+
+def test_flattened_namespace_comes_from_the_subject() -> None:
+    """add.fields=op,table,lsn,source.ts_ms names no database: the subject
+    <topic.prefix>.<schema>.<table> gives it (the prefix may hold dots)."""
+    raw = orjson.dumps({"id": 1, "__op": "c", "__table": "orders", "__lsn": 5})
+    decoded = decode(raw, seq=1, subject="cdc.pg.main.public.orders")
+    expected = [("public.orders", Position((5, 0)), "debezium-postgresql")]
+    actual = [(e.table_id, e.position, e.source) for e in decoded.events]
+    assert expected == actual
+
+
+def test_flattened_schema_field_wins_over_db() -> None:
+    """PostgreSQL: __schema (the namespace) is preferred to __db (the database name)."""
+    raw = orjson.dumps({"id": 1, "__op": "c", "__db": "postgres", "__schema": "s", "__table": "t"})
+    expected = ["s.t"]
+    actual = [e.table_id for e in decode(raw, seq=1).events]
+    assert expected == actual
+
+
+def test_flattened_without_namespace_names_the_fix() -> None:
+    """No namespace field and no usable subject: the reason says what to add."""
+    raw = orjson.dumps({"id": 1, "__op": "c", "__table": "t"})
+    with pytest.raises(DecodeError) as info:
+        decode(raw, seq=1, subject="cdc")
+    expected = True
+    actual = "add.fields=db,table" in info.value.reason and "<topic.prefix>" in info.value.reason
+    assert expected == actual, info.value.reason
+
+
+# --- positions -----------------------------------------------------------------------------
+
+
+def test_postgres_snapshot_rows_order_before_the_first_streamed_change() -> None:
+    """SourceInfo.sequence of a snapshot row is [lastCommitLsn|null, <LSN the snapshot
+    started at>] (PostgresSnapshotChangeEventSource.updateOffsetForSnapshot); the lsn part
+    becomes 0 so every change streamed after it — even one whose LSN lies before the slot's
+    consistent point — sorts after. Incremental snapshot rows keep their position."""
+    snap = dict(PG_SOURCE, snapshot="last", sequence='[null,"22116704"]', lsn=22116704)
+    incremental = dict(PG_SOURCE, snapshot="incremental", sequence='["900","950"]', lsn=950)
+    first_stream = dict(PG_SOURCE, snapshot="false", sequence='[null,"22116600"]', lsn=22116600)
+    positions = [
+        decode(envelope(op, after={"id": 1}, source=src), seq=1).events[0].position
+        for op, src in (("r", snap), ("r", incremental), ("c", first_stream))
+    ]
+    expected = [Position((0, 0, 0)), Position((900, 950, 0)), Position((0, 22116600, 0))]
+    actual = positions
+    assert expected == actual
+
+
+def test_mariadb_connector_positions_by_binlog() -> None:
+    """connector "mariadb" (MariaDbConnector) carries file/pos/row like MySQL's."""
+    source = dict(MYSQL_SOURCE, connector="mariadb", file="binlog.000001", pos=6446, row=0)
+    expected = [(Position((1, 6446, 0, 0)), "debezium-mariadb")]
+    actual = [
+        (e.position, e.source)
+        for e in decode(envelope("c", after={"id": 1}, source=source), seq=1).events
+    ]
+    assert expected == actual
+
+
+def test_flattened_snapshot_row_orders_first() -> None:
+    """A flattened r row (no snapshot field: the initial snapshot) gets lsn 0; __snapshot
+    "incremental" keeps the real one."""
+    base = {"id": 1, "__op": "r", "__schema": "s", "__table": "t", "__lsn": 77}
+    rows = [base, {**base, "__snapshot": "incremental"}, {**base, "__op": "c"}]
+    expected = [Position((0, 0)), Position((77, 0)), Position((77, 0))]
+    actual = [decode(orjson.dumps(r), seq=1).events[0].position for r in rows]
+    assert expected == actual
