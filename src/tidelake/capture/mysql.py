@@ -18,6 +18,7 @@ itself, so old events decode with the schema they were written with).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any
 import pymysql
 import structlog
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -36,11 +38,16 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    RowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn
-from tidelake.capture.mysql_values import binlog_type, column_type, render
+from tidelake.capture.mysql_values import binlog_type, column_type, render, snapshot_select
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
 from tidelake.capture.tables import TableFilter
@@ -326,9 +333,11 @@ class MySQLSource:
                     progress.table, progress.after = info.table_id, after
                     table_sql = f"{quote(info.database)}.{quote(info.table)}"
                     types = info.types
+                    select = snapshot_select(quote, info.columns, types)
                     for chunk in read_chunks(
-                        cur, quote, table_sql, info.columns, info.pk, self.cfg.chunk_rows, after
-                    ):
+                        cur, quote, table_sql, info.columns, info.pk, self.cfg.chunk_rows, after,
+                        select,
+                    ):  # fmt: skip
                         data: dict[str, str | None] = {}
                         for values in chunk:
                             data = {
@@ -507,10 +516,10 @@ class MySQLSource:
             position = Position((*txn, row_index))
             row_index += 1
             if kind == "UPDATE":
-                data = _rendered(row["after_values"], types)
-                old = _rendered(row["before_values"], types)
+                data = _rendered(row["after_values"], types, row.get("after_none_sources"))
+                old = _rendered(row["before_values"], types, row.get("before_none_sources"))
             else:
-                data, old = _rendered(row["values"], types), None
+                data, old = _rendered(row["values"], types, row.get("none_sources")), None
             sink.put(
                 self.encoder.row(
                     database=database,
@@ -545,8 +554,60 @@ def _fetch(reader: BinLogStreamReader, start: BinlogPoint) -> Any:
         raise
 
 
-def _rendered(values: dict[str, Any], types: dict[str, str]) -> dict[str, str | None]:
-    return {c: render(v, types.get(c, "text")) for c, v in values.items()}
+def _rendered(
+    values: dict[str, Any], types: dict[str, str], none_sources: dict[str, str] | None = None
+) -> dict[str, str | None]:
+    out = {c: render(v, types.get(c, "text")) for c, v in values.items()}
+    # The binlog reader gives an empty SET as None and says why; it is '', not NULL (a
+    # SELECT reads it as '').
+    for column, why in (none_sources or {}).items():
+        if why == NONE_SOURCE.EMPTY_SET and column in out:
+            out[column] = ""
+    return out
+
+
+def _read_time2(event: Any, column: Any) -> dt.timedelta:
+    """A TIME(fsp) value of a row event, in place of python-mysql-replication's reader, which
+    gets negative values with a fraction wrong (``-01:02:03.456789`` as ``-01:02:03.543211``).
+
+    The layout is MySQL's, as ``my_time_packed_from_binary`` in ``mysys/my_time.c`` (MySQL)
+    and ``sql/compat56.cc`` (MariaDB) read it: 3 big-endian bytes of the integer part offset
+    by 0x800000, then 0, 1, 2 or 3 bytes of fraction by precision (1-2: hundredths in one
+    unsigned byte, 3-4: 1/10000 in two, 5-6: the six bytes together form the packed value
+    offset by 0x800000000000). A negative value with a fraction keeps the fraction's
+    complement, so the integer part is one lower. The packed value is ``int << 24 | frac``
+    and the integer part is ``hour << 12 | minute << 6 | second``
+    (``TIME_from_longlong_time_packed``).
+    """
+    fsp = int(getattr(column, "fsp", 0) or 0)
+    if fsp >= 5:
+        packed = int.from_bytes(event.packet.read(6), "big") - 0x800000000000
+    else:
+        intpart = int.from_bytes(event.packet.read(3), "big") - 0x800000
+        frac = 0
+        if fsp >= 1:
+            size = 1 if fsp <= 2 else 2
+            frac = int.from_bytes(event.packet.read(size), "big")
+            if intpart < 0 and frac:
+                intpart += 1
+                frac -= 1 << (8 * size)
+            frac *= 10000 if size == 1 else 100
+        packed = (intpart << 24) + frac
+    sign = -1 if packed < 0 else 1
+    packed = abs(packed)
+    hms, micros = packed >> 24, packed % (1 << 24)
+    value = dt.timedelta(
+        hours=(hms >> 12) % (1 << 10), minutes=(hms >> 6) % 64, seconds=hms % 64,
+        microseconds=micros,
+    )  # fmt: skip
+    return value * sign
+
+
+# Installed on the library's row-event class under its private (name-mangled) name, the one
+# its column reader calls; a library without it fails here, at import, not with wrong values.
+if not hasattr(RowsEvent, "_RowsEvent__read_time2"):  # pragma: no cover - version guard
+    raise ImportError("python-mysql-replication: RowsEvent.__read_time2 not found to replace")
+RowsEvent._RowsEvent__read_time2 = _read_time2
 
 
 def _text(value: Any) -> str:

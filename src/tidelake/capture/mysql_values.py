@@ -9,10 +9,18 @@ Two readers produce Python values for the same rows: the binlog decoder
 * ``FLOAT`` as the shortest text that reads back as the same 32-bit float (``1.1``, not
   ``1.100000023841858``), ``DOUBLE`` as the shortest text of the 64-bit value;
 * ``DATETIME(fsp)`` / ``TIMESTAMP(fsp)`` as ``YYYY-MM-DD HH:MM:SS`` plus ``fsp`` digits,
-  ``TIMESTAMP`` in UTC; ``DATE`` ISO; ``TIME(fsp)`` as ``[-]HH:MM:SS[.f]``; zero dates NULL;
+  ``TIMESTAMP`` in UTC; ``DATE`` ISO; ``TIME(fsp)`` as ``[-]HH:MM:SS[.f]``; zero dates (and
+  dates with a zero month or day) NULL; ``YEAR`` 0000 as ``0``;
 * ``BIT(n)`` as its unsigned integer value;
-* binary strings and blobs as ISO-8859-1 text, one character per byte;
-* ``SET`` as its members in definition order joined by ``,``; ``ENUM`` and text as is.
+* binary strings and blobs as ISO-8859-1 text, one character per byte, ``BINARY(n)`` padded
+  to n bytes with zeros as the server holds it;
+* ``SET`` as its members in definition order joined by ``,`` (the empty set as ``''``);
+  ``ENUM`` and text as is.
+
+Both readers must give one text per stored value (issue 15, item 9;
+tests/integration/capture/test_snapshot_stream_parity.py): where the binlog reader's Python
+value differs from PyMySQL's for the same stored value, the differences are undone here or
+where the value is read (``capture/mysql.py``).
 
 :func:`binlog_type` names a column's SQL type from binlog table-map metadata
 (``binlog_row_metadata=FULL``); :func:`column_type` prefers the ``information_schema``
@@ -26,6 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import struct
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -55,6 +64,12 @@ _KIND = {
 }  # fmt: skip
 
 _TYPE_RE = re.compile(r"^\s*([a-z]+)\s*(?:\((.*)\))?\s*(unsigned)?", re.I)
+
+
+#: python-mysql-replication gives a TIMESTAMP of 0 seconds (the zero value) as the epoch.
+_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1)
+#: ... and YEAR's zero (stored as byte 0, shown as 0000) as 1900, which YEAR cannot hold.
+_BINLOG_ZERO_YEAR = 1900
 
 
 def _fsp(column: Any) -> str:
@@ -89,7 +104,8 @@ def binlog_type(column: Any) -> str:
     if code in (_VARCHAR, _VAR_STRING):
         return "varbinary" if binary else "varchar"
     if code == _STRING:
-        return "binary" if binary else "char"
+        # BINARY(n)'s length: the binlog drops its trailing zero bytes, which render restores.
+        return f"binary({column.max_length})" if binary else "char"
     if code == _BLOB:
         return "blob" if binary else "text"
     if code == _JSON:
@@ -127,6 +143,8 @@ def column_type(schema_type: str | None, from_binlog: str) -> str:
         b_args
     ):
         return from_binlog
+    if kind == "binary" and "binary" in (s_name, b_name) and (s_name, s_args) != (b_name, b_args):
+        return from_binlog  # a BINARY(n) whose length or kind changed since: padding differs
     return schema_type.lower()
 
 
@@ -134,12 +152,30 @@ def _norm_args(args: str | None) -> str:
     return (args or "0").replace(" ", "")
 
 
+def snapshot_select(quote: Callable[[str], str], columns: Sequence[str],
+                    types: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """The ``SELECT`` list that reads ``columns`` exactly as the binlog carries them.
+
+    A FLOAT column's text in a result set has 6 significant digits (``1.17549e-38``), which
+    is not always the stored 32-bit value; read as DOUBLE it is exact, and :func:`render`
+    writes the shortest text of the 32-bit value, as it does for the binlog's.
+    """
+    return [
+        f"CAST({quote(c)} AS DOUBLE)" if _parse(types.get(c, "").lower())[0] == "float"
+        else quote(c)
+        for c in columns
+    ]  # fmt: skip
+
+
 def _float32_text(value: float) -> str:
     packed = struct.pack("<f", value)
     for digits in range(1, 10):
         text = f"{value:.{digits}g}"
-        if struct.pack("<f", float(text)) == packed:
-            return text
+        try:
+            if struct.pack("<f", float(text)) == packed:
+                return text
+        except OverflowError:
+            continue  # rounded past the largest float (3.4e38 at 4 digits of 3.40282e38)
     return repr(value)
 
 
@@ -155,7 +191,8 @@ def _type_fsp(args: str | None) -> int:
 
 
 def _set_members(args: str | None) -> list[str]:
-    return re.findall(r"'((?:[^']|'')*)'", args or "")
+    # COLUMN_TYPE doubles a quote inside a member: set('a','c''d') has the member c'd.
+    return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", args or "")]
 
 
 def _time_text(value: Any, fsp: int) -> str:
@@ -186,23 +223,34 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value, default=default).decode()
 
 
+_ZERO_PART = re.compile(r"^(?:0000-|\d{4}-00-|\d{4}-\d{2}-00)")
+
+
+def _date_text(text: str) -> str | None:
+    """A date PyMySQL left as text: NULL when it is the zero date or has a zero month or day
+    ('2024-00-00', sql_mode permitting), as the binlog reader gives those."""
+    return None if _ZERO_PART.match(text) else text
+
+
 def render(value: Any, sql_type: str) -> str | None:
     """The canal-json text of one value of a column of ``sql_type`` (None stays None)."""
     if value is None:
         return None
     name, args, _ = _parse(sql_type)
     if name in ("datetime", "timestamp"):
+        if name == "timestamp" and value == _ZERO_TIMESTAMP:
+            # The binlog's 0 seconds: TIMESTAMP's zero value '0000-00-00 00:00:00' (the type
+            # starts at 1970-01-01 00:00:01 UTC), which a SELECT returns as the zero date.
+            return None
         if isinstance(value, dt.datetime):
             if value.tzinfo is not None:
                 value = value.astimezone(dt.UTC).replace(tzinfo=None)
             return f"{value:%Y-%m-%d %H:%M:%S}{_fraction(value.microsecond, _type_fsp(args))}"
-        text = str(value)
-        return None if text.startswith("0000-00-00") else text
+        return _date_text(str(value))
     if name == "date":
         if isinstance(value, dt.date):
             return value.isoformat()
-        text = str(value)
-        return None if text.startswith("0000-00-00") else text
+        return _date_text(str(value))
     if name == "time":
         return _time_text(value, _type_fsp(args))
     if name == "decimal" and isinstance(value, Decimal):
@@ -224,10 +272,18 @@ def render(value: Any, sql_type: str) -> str | None:
         return str(value)
     if name == "json":
         return _json_text(value)
+    if name == "year" and value == _BINLOG_ZERO_YEAR:
+        return "0"
     if isinstance(value, bool):
         return "1" if value else "0"
+    if value == "" and _KIND.get(name) == "binary":
+        value = b""  # the binlog reader's empty binary string is '' (b"".decode never fails)
     if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("latin-1")
+        raw = bytes(value)
+        if name == "binary" and args and args.strip().isdigit():
+            # BINARY(n) holds n bytes, zero padded; the binlog leaves the padding out.
+            raw = raw.ljust(int(args), b"\0")
+        return raw.decode("latin-1")
     if isinstance(value, float):
         return repr(value)
     return str(value)

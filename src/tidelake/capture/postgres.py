@@ -29,6 +29,7 @@ from __future__ import annotations
 import select as selectlib
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,24 @@ def _simple(name: str) -> str:
     if name.isidentifier() and name == name.lower() and name.isascii():
         return name
     return quote_ident(name)
+
+
+def output_text(cursor: Any, type_oids: Iterable[int]) -> None:
+    """Make ``cursor`` return values of these types as the server's text, unconverted.
+
+    That text is the type's output function under the session settings (SESSION_OPTIONS):
+    exactly what pgoutput streams for the same value. Types psycopg2 does not convert are
+    text already; the ones it does (numbers, dates, json, arrays ...) get a pass-through
+    caster on this cursor only.
+    """
+    oids = tuple(sorted(set(type_oids)))
+    if oids:
+        caster = psycopg2.extensions.new_type(oids, "TIDELAKE_TEXT", _as_is)
+        psycopg2.extensions.register_type(caster, cursor)
+
+
+def _as_is(value: str | None, _cursor: Any) -> str | None:
+    return value
 
 
 @dataclass
@@ -524,19 +543,37 @@ class PostgresSource:
         bar: SnapshotBar,
         stop: threading.Event,
     ) -> bool:
-        names = [c[0] for c in rel.columns]
         after = progress.after if progress.table == rel.table_id else None
         progress.table, progress.after = rel.table_id, after
         table_sql = f"{quote_ident(rel.namespace)}.{quote_ident(rel.name)}"
-        # Text as pgoutput sends it: booleans as t/f (``::text`` would say true/false).
-        select = [
-            f"left({quote_ident(c)}::text, 1)"
-            if rel.types[c] == "boolean"
-            else f"{quote_ident(c)}::text"
-            for c in names
-        ]
+        # A cursor of the same transaction that returns each value as its type's output text,
+        # the text pgoutput streams: a ``::text`` cast is not that text for every type
+        # (``character(n)`` loses its padding, ``inet`` gains a /32, ``boolean`` says true).
+        with cur.connection.cursor() as rows:
+            output_text(rows, {c[1] for c in rel.columns})
+            if not self._snapshot_chunks(rows, rel, table_sql, after, point, progress, sink,
+                                         bar, stop):  # fmt: skip
+                return False
+        progress.done.append(rel.table_id)
+        progress.table, progress.after = None, None
+        sink.resume(self._state("snapshot", point, progress))
+        return True
+
+    def _snapshot_chunks(
+        self,
+        cur: Any,
+        rel: RelationInfo,
+        table_sql: str,
+        after: list[str | None] | None,
+        point: int,
+        progress: SnapshotProgress,
+        sink: Sink,
+        bar: SnapshotBar,
+        stop: threading.Event,
+    ) -> bool:
+        names = [c[0] for c in rel.columns]
         for chunk in read_chunks(
-            cur, quote_ident, table_sql, names, rel.pk, self.cfg.chunk_rows, after, select
+            cur, quote_ident, table_sql, names, rel.pk, self.cfg.chunk_rows, after
         ):
             data: dict[str, str | None] = {}
             for values in chunk:
@@ -560,9 +597,6 @@ class PostgresSource:
             bar.advance(rel.table_id, len(chunk))
             if stop.is_set():
                 return False
-        progress.done.append(rel.table_id)
-        progress.table, progress.after = None, None
-        sink.resume(self._state("snapshot", point, progress))
         return True
 
     def _stream(

@@ -63,11 +63,11 @@ def keyset_query(
 
     The key comparison is written out (``a > x OR (a = x AND b > y)``) rather than as a row
     value, which MySQL's range optimizer uses reliably. ``select`` replaces the plain column
-    list (PostgreSQL reads ``col::text``).
+    list (MySQL reads FLOAT columns as DOUBLE: ``mysql_values.snapshot_select``).
     """
     cols = ", ".join(select) if select is not None else ", ".join(quote(c) for c in columns)
     # Key columns qualified by the table: PostgreSQL would resolve a bare ORDER BY name to the
-    # output column ("id"::text), ordering the chunks as text.
+    # output column (a CAST(... AS DOUBLE) expression), not the table column.
     key = [f"{table_sql}.{quote(c)}" for c in pk]
     order = ", ".join(key)
     where = ""

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from tidelake.capture.dsn import SourceDsn, parse_dsn
-from tidelake.capture.mysql_values import _float32_text, render
+from tidelake.capture.mysql_values import _float32_text, render, snapshot_select
 from tidelake.lake.compare import MAX_SAMPLES, canonical
 
 _FLOAT32 = frozenset({"float", "real", "float4"})
@@ -27,7 +27,7 @@ _FLOAT64 = frozenset({"double", "double precision", "float8"})
 _JSON = frozenset({"json", "jsonb"})
 #: MySQL types the capture renders as text the lake keeps as a string.
 _MYSQL_RENDERED = frozenset({"time", "set", "enum"})
-#: PostgreSQL types read typed; every other type is compared as its ``::text``.
+#: PostgreSQL types read typed; every other type is compared as its output text.
 _PG_TYPED = (
     "smallint", "integer", "bigint", "numeric", "real", "double precision", "boolean",
     "date", "timestamp", "bytea",
@@ -165,6 +165,10 @@ class SourceTable:
     pk: tuple[str, ...]
 
 
+def _backquote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _mysql_rows(dsn: SourceDsn, database: str, table: str) -> tuple[SourceTable, Iterator[Row]]:
     import pymysql
     import pymysql.cursors
@@ -194,7 +198,8 @@ def _mysql_rows(dsn: SourceDsn, database: str, table: str) -> tuple[SourceTable,
     def rows() -> Iterator[Row]:
         try:
             with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                names = ", ".join(f"`{c}`" for c in meta.columns)
+                # As the capture's snapshot reads them (FLOAT exactly, not as 6 digits).
+                names = ", ".join(snapshot_select(_backquote, meta.columns, meta.types))
                 cur.execute(f"SELECT {names} FROM `{database}`.`{table}`")
                 for values in cur:
                     yield {
@@ -210,7 +215,7 @@ def _mysql_rows(dsn: SourceDsn, database: str, table: str) -> tuple[SourceTable,
 def _pg_rows(dsn: SourceDsn, schema: str, table: str) -> tuple[SourceTable, Iterator[Row]]:
     import psycopg2
 
-    from tidelake.capture.postgres import SESSION_OPTIONS, quote_ident
+    from tidelake.capture.postgres import SESSION_OPTIONS, output_text, quote_ident
 
     conn = psycopg2.connect(
         host=dsn.host, port=dsn.port, user=dsn.user, dbname=dsn.database,
@@ -218,12 +223,13 @@ def _pg_rows(dsn: SourceDsn, schema: str, table: str) -> tuple[SourceTable, Iter
     )  # fmt: skip
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
-            "ORDER BY a.attnum",
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid "
+            "FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum",
             (f"{quote_ident(schema)}.{quote_ident(table)}",),
         )
-        cols = [(str(n), str(t)) for n, t in cur.fetchall()]
+        described = cur.fetchall()
+        cols = [(str(n), str(t)) for n, t, _ in described]
         cur.execute(
             "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY "
             "AS k(attnum, n) ON true JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
@@ -233,15 +239,16 @@ def _pg_rows(dsn: SourceDsn, schema: str, table: str) -> tuple[SourceTable, Iter
         pk = tuple(str(r[0]) for r in cur.fetchall())
     meta = SourceTable([n for n, _ in cols], dict(cols), pk)
 
-    def expr(col: str) -> str:
-        typed = meta.types[col].startswith(_PG_TYPED)
-        return quote_ident(col) if typed else f"{quote_ident(col)}::text"
+    # Every other type as its output text, as the capture reads it on both paths (a ``::text``
+    # cast would strip a character(n) value's padding).
+    text_oids = {int(oid) for _, t, oid in described if not str(t).startswith(_PG_TYPED)}
 
     def rows() -> Iterator[Row]:
         try:
             with conn.cursor(name="tidelake_verify") as cur:
+                output_text(cur, text_oids)
                 cur.itersize = 5000
-                select = ", ".join(expr(c) for c in meta.columns)
+                select = ", ".join(quote_ident(c) for c in meta.columns)
                 cur.execute(f"SELECT {select} FROM {quote_ident(schema)}.{quote_ident(table)}")
                 for values in cur:
                     yield {
