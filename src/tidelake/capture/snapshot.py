@@ -66,8 +66,8 @@ def keyset_query(
     list (MySQL reads FLOAT columns as DOUBLE: ``mysql_values.snapshot_select``).
     """
     cols = ", ".join(select) if select is not None else ", ".join(quote(c) for c in columns)
-    # Key columns qualified by the table: PostgreSQL would resolve a bare ORDER BY name to the
-    # output column (a CAST(... AS DOUBLE) expression), not the table column.
+    # Key columns qualified by the table: a bare ORDER BY name may resolve to an output column
+    # of that name, which ``select`` may make an expression (CAST(... AS DOUBLE)).
     key = [f"{table_sql}.{quote(c)}" for c in pk]
     order = ", ".join(key)
     where = ""
