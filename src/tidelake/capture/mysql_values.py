@@ -32,14 +32,13 @@ type when the table changed since (an old event replayed after an ALTER).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
-
-import orjson
 
 # MySQL protocol field type codes (include/mysql_com.h), as the binlog table map carries them.
 _TINY, _SHORT, _LONG, _FLOAT, _DOUBLE = 1, 2, 3, 4, 5
@@ -208,19 +207,29 @@ def _time_text(value: Any, fsp: int) -> str:
     return str(value)
 
 
-def _json_text(value: Any) -> str:
-    def default(obj: Any) -> Any:
-        if isinstance(obj, bytes):
-            return obj.decode("utf-8", errors="replace")
-        raise TypeError
+def _json_plain(value: Any) -> Any:
+    """A binlog JSON document with the reader's bytes (keys, strings) as text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {_json_plain(k): _json_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_plain(v) for v in value]
+    return value
 
+
+def _json_text(value: Any) -> str:
+    """A JSON column's text. MariaDB's JSON is text on both paths and stays as written;
+    MySQL's binlog carries binary JSON, which the reader parses: it is written back the way
+    MySQL's SELECT prints a JSON value, members and elements separated by ``", "`` and keys
+    by ``": "``, keys in the document's stored order, non-ASCII characters as they are.
+    (No MySQL server runs here: the MariaDB parity test cannot exercise this path; see
+    tests/unit/capture/test_mysql_values.py.)"""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, str):
         return value
-    if isinstance(value, dict):
-        value = {k.decode() if isinstance(k, bytes) else k: v for k, v in value.items()}
-    return orjson.dumps(value, default=default).decode()
+    return json.dumps(_json_plain(value), ensure_ascii=False, separators=(", ", ": "))
 
 
 _ZERO_PART = re.compile(r"^(?:0000-|\d{4}-00-|\d{4}-\d{2}-00)")

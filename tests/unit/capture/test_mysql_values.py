@@ -177,3 +177,11 @@ def test_time2_reader_decodes_negative_fractions(fsp: int, value: dt.timedelta) 
     event = SimpleNamespace(packet=_Packet(_time2(fsp, sign * _packed(seconds, frac))))
     assert value == _read_time2(event, SimpleNamespace(fsp=fsp))
     assert b"" == event.packet.data
+
+
+def test_binlog_json_is_written_as_mysql_prints_it() -> None:
+    """MySQL's binary JSON, parsed by the binlog reader (bytes keys and strings), comes out
+    with MySQL's separators; MariaDB's JSON (text on both paths) stays as written."""
+    parsed = {b"a": 1, b"bb": [1, 2.5, None, True, b"\xc3\xa9"]}
+    assert '{"a": 1, "bb": [1, 2.5, null, true, "é"]}' == render(parsed, "json")
+    assert '{"b":1,  "a":2}' == render('{"b":1,  "a":2}', "json")
