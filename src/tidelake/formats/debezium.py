@@ -757,6 +757,14 @@ def value_text(value: Any, source_type: str, connector: str) -> str | None:
     """
     if value is None:
         return None
+    try:
+        return _value_text(value, source_type, connector)
+    except (TypeError, OverflowError, ArithmeticError) as exc:
+        # Out-of-range dates and the like: the caller dead-letters on ValueError only.
+        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _value_text(value: Any, source_type: str, connector: str) -> str:
     pg = connector == "postgresql"
     name, args, unsigned = _split_type(source_type)
     if name.endswith("[]"):
