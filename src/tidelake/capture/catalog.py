@@ -10,7 +10,10 @@ Server), a DSN the user configures lets the lake read the definition from the so
   ``set('x','y')``, ``bit(12)``), in ``ORDINAL_POSITION`` order; the key from
   ``information_schema.KEY_COLUMN_USAGE`` rows of constraint ``PRIMARY`` in their
   ``ORDINAL_POSITION`` (the order of the ``PRIMARY KEY (...)`` clause). TiDB serves the same
-  ``information_schema`` tables, so TiCDC users point this at the TiDB server. MariaDB's
+  ``information_schema`` tables, so TiCDC users point this at the TiDB server: its
+  ``KEY_COLUMN_USAGE`` rows come from ``keyColumnUsageInTable`` (pingcap/tidb,
+  ``executor/infoschema_reader.go``), which names an integer handle key (``PKIsHandle``)
+  ``PRIMARY`` with ORDINAL_POSITION 1 and lists the other keys from the table's indices. MariaDB's
   ``JSON`` is an alias of ``LONGTEXT`` and is reported as ``longtext``: that is what the
   server holds.
 * PostgreSQL (``postgresql://``): ``format_type(atttypid, atttypmod)`` (``numeric(12,2)``,
