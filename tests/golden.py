@@ -7,15 +7,22 @@ Each case directory holds:
 * ``keys.jsonl`` (optional, Debezium cases): one message key per line, aligned with
   ``events.jsonl`` (the Kafka key / ``Tidelake-Key`` header); ``null`` means no key;
 * ``expected.json``: the final rows per table the lake must hold after the whole pipeline,
-  ``{"db.table": {"pk": [...], "rows": [{column: canal-text value or null}, ...]}}``;
-* ``README.md``: the behaviour the case proves.
+  ``{"db.table": {"pk": [...], "rows": [{column: canal-text value or null}, ...]}}``; two
+  optional keys beside the tables: ``"dead_letters": [{"table": ..., "reason_contains": ...}]``
+  (events the lake must refuse, with their reasons) and ``"lake_only": true`` (the truth needs
+  the table's definition — ENUM labels, DDL defaults — so the decode-only fold cannot reach it);
+* ``config.json`` (optional): tidelake config overrides the case runs with (``lake.tables``,
+  ``lake.source_timezone`` ...);
+* ``subjects.jsonl`` (optional): the NATS subject of each message (JSON string), aligned with
+  ``events.jsonl``; default ``<stream prefix><case name>``;
+* ``README.md``: the behaviour the case proves, and the primary source it rests on.
 
 Unit, stager, lake and end-to-end tests all replay :func:`load_cases`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,18 @@ class Case:
     keys: list[bytes | None]
     description: str
     path: Path
+    #: Config overrides (``config.json``), nested like the YAML.
+    config: dict[str, Any] = field(default_factory=dict)
+    #: The subject of each message (``subjects.jsonl``), None for the default.
+    subjects: list[str | None] = field(default_factory=list)
+    #: Events the lake must dead-letter: ``{"table": ..., "reason_contains": ...}``.
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    #: The expected rows need the table's definition (the naive fold does not apply).
+    lake_only: bool = False
+    #: Databases that must exist in the catalog afterwards (``CREATE DATABASE``).
+    databases: list[str] = field(default_factory=list)
+    #: Tables that must not exist in the lake afterwards (dropped, renamed away).
+    dropped_tables: list[str] = field(default_factory=list)
 
     def tables(self) -> list[str]:
         """The ``db.table`` names the case ends with."""
@@ -56,13 +75,28 @@ def load_case(path: Path) -> Case:
             raise ValueError(
                 f"{path.name}: keys.jsonl has {len(keys)} lines, events {len(messages)}"
             )
+    expected = orjson.loads((path / "expected.json").read_bytes())
+    dead_letters = expected.pop("dead_letters", None) or expected.pop("_dead_letters", None) or []
+    lake_only = bool(expected.pop("lake_only", False) or expected.pop("_lake_only", False))
+    databases = list(expected.pop("databases", None) or [])
+    dropped_tables = list(expected.pop("dropped_tables", None) or [])
+    subjects: list[str | None] = [None] * len(messages)
+    if (path / "subjects.jsonl").exists():
+        subjects = [orjson.loads(line) for line in _lines(path / "subjects.jsonl")]
+    config_file = path / "config.json"
     return Case(
         name=path.name,
         messages=messages,
-        expected=orjson.loads((path / "expected.json").read_bytes()),
+        expected=expected,
         keys=keys,
         description=(path / "README.md").read_text().strip(),
         path=path,
+        config=orjson.loads(config_file.read_bytes()) if config_file.exists() else {},
+        subjects=subjects,
+        dead_letters=list(dead_letters),
+        lake_only=lake_only or bool(dead_letters) or config_file.exists(),
+        databases=databases,
+        dropped_tables=dropped_tables,
     )
 
 

@@ -83,10 +83,23 @@ def _decode_object(
             return debezium.decode_flat(inner, schema, seq=seq, key_json=key_json, subject=subject)
         if debezium.looks_like_envelope(inner):
             return debezium.decode_envelope(inner, schema, seq=seq, key_json=key_json)
+        if _is_schema_change(inner):
+            return Decoded(skipped="debezium schema change", format=debezium.FORMAT)
         raise DecodeError("unknown format: a payload wrapper holding neither envelope nor row")
     if canal_json.looks_like(obj):
         return canal_json.decode_object(obj, seq=seq)
     if debezium.looks_like_envelope(obj):
         return debezium.decode_envelope(obj, None, seq=seq, key_json=key_json)
+    if _is_schema_change(obj):
+        return Decoded(skipped="debezium schema change", format=debezium.FORMAT)
     fields = ", ".join(sorted(obj)[:8])
     raise DecodeError(f"unknown format: an object with fields {fields:.200}")
+
+
+def _is_schema_change(obj: JsonObject) -> bool:
+    """A Debezium MySQL/MariaDB schema-change event (``databaseName``, ``ddl``,
+    ``tableChanges``: ``SchemaChangeEvent`` in debezium-core, published by Debezium Server on
+    the bare ``<topic.prefix>`` subject). Skipped, counted: it replays the source's DDL
+    history (a snapshot's ``DROP TABLE`` included), and with Debezium the lake types columns
+    from the row schema, the config or the source catalog."""
+    return "ddl" in obj and "databaseName" in obj and "source" in obj and "op" not in obj

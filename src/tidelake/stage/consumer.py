@@ -379,7 +379,9 @@ class Stager:
             return f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times"
         key = msg.headers.get(KEY_HEADER) if msg.headers else None
         try:
-            decoded = self.decode(msg.data, seq=seq, key_json=key.encode() if key else None)
+            decoded = self.decode(
+                msg.data, seq=seq, key_json=key.encode() if key else None, subject=msg.subject
+            )
             # Personal data is masked before anything is written (stage/pii.py).
             events = self.pii.apply(decoded.events) if self.pii else decoded.events
         except DecodeError as exc:
