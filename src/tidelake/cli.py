@@ -211,6 +211,10 @@ def run(
     raise typer.Exit(run_pipeline(_load(config), config, interval_s=interval))
 
 
+#: ``ingest --once`` exit status when the run applied what it could but tables are paused.
+EXIT_TABLES_PAUSED = 3
+
+
 @app.command()
 def ingest(
     config: ConfigOption = None,
@@ -221,26 +225,55 @@ def ingest(
     interval: Annotated[
         float | None, typer.Option(help="idle pause in seconds (default ingest.interval_s)")
     ] = None,
+    allow_paused: Annotated[
+        bool,
+        typer.Option(
+            "--allow-paused",
+            help=f"--once: exit 0 although tables were paused (default: {EXIT_TABLES_PAUSED})",
+        ),
+    ] = False,
 ) -> None:
-    """Apply staged batches to the Hudi lake (one commit per table, checkpoint inside)."""
+    """Apply staged batches to the Hudi lake (one commit per table, checkpoint inside).
+
+    Exit status: 0 done; 1 the run stopped on an error (the message names the table and the
+    root cause; the next run retries); 2 bad configuration or options; 3 (``--once``) the run
+    finished but tables were paused, listed with the reason (``--allow-paused``: 0)."""
+    from rich.markup import escape
+
     from tidelake.errors import TidelakeError
     from tidelake.lake.ingest import run_ingest
+    from tidelake.lake.jvm_errors import describe_error, java_throwable
 
+    log = structlog.get_logger("tidelake.cli")
     if once and continuous:
         err_console.print("[bold red]--once and --continuous exclude each other[/]")
         raise typer.Exit(2)
     cfg = _load(config)
     try:
         stats = run_ingest(cfg, once=once, interval_s=interval)
-    except TidelakeError as exc:
-        err_console.print(f"[bold red]ingest failed[/] {exc}")
+    except Exception as exc:
+        # A JVM failure outside a table's write (reading a checkpoint, the catalog) reaches
+        # here as py4j's bare "An error occurred while calling o…": give its cause chain.
+        if not isinstance(exc, TidelakeError) and java_throwable(exc) is None:
+            raise  # a bug: the traceback is what helps
+        reason = str(exc) if isinstance(exc, TidelakeError) else describe_error(exc)
+        log.error("ingest failed", error=reason)
+        err_console.print(f"[bold red]ingest failed[/] {escape(reason)}", soft_wrap=True)
         raise typer.Exit(1) from exc
-    for table, reason in stats.refused.items():
-        err_console.print(f"[bold yellow]paused[/] {table}: {reason}")
+    for table, reason in sorted(stats.refused.items()):
+        err_console.print(f"[bold yellow]paused[/] {table}: {escape(reason)}", soft_wrap=True)
     err_console.print(
         f"ingest: {stats.commits} commits, {stats.events} events, {stats.manifests} manifests, "
         f"{stats.duplicates} duplicates and {stats.stale} stale events skipped"
     )
+    if once and stats.refused and not allow_paused:
+        tables = ", ".join(sorted(stats.refused))
+        err_console.print(
+            f"[bold red]{len(stats.refused)} table(s) paused[/]: {tables} (their events wait; "
+            f"see `tidelake status`); exit {EXIT_TABLES_PAUSED}, --allow-paused exits 0",
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_TABLES_PAUSED)
 
 
 @app.command()

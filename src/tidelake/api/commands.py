@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import structlog
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -189,7 +190,7 @@ def render_status(data: dict[str, Any], out: Console) -> None:
     state = data["state"]
     out.print(f"pipeline [{_STATE_STYLE.get(state, '')}]{state}[/]  at {_when(data['now_ms'])} UTC")
     for problem in data["problems"]:
-        out.print(f"  [yellow]•[/] {problem}")
+        out.print(f"  [yellow]•[/] {escape(problem)}", soft_wrap=True)
     procs = Table(title="processes", title_justify="left")
     for col in ("stage", "up", "state", "heartbeat age", "pid", "host"):
         procs.add_column(col)
@@ -248,9 +249,11 @@ def render_status(data: dict[str, Any], out: Console) -> None:
             _when(t["last_commit_ms"]),
         )
     out.print(tables)
+    # Whole, and as text: a reason (a JVM cause chain, a DDL) may hold brackets rich would
+    # take for markup; the root cause is at its end.
     for e in data["errors"]:
         where = f"{e['source']}" + (f" {e['table']}" if e.get("table") else "")
-        out.print(f"[red]error[/] {where}: {e['message']}")
+        out.print(f"[red]error[/] {escape(where)}: {escape(str(e['message']))}", soft_wrap=True)
 
 
 # --- dead letters ----------------------------------------------------------------------------
