@@ -405,10 +405,17 @@ TICDC_FORM = "ticdc"
 _TICDC_SOURCES = frozenset({"tidb", "canal"})
 
 
+#: Debezium with a schema: text converted by the decoder from Connect values, where an
+#: instant is already UTC (``ZonedTimestamp``) and a BIGINT UNSIGNED is a signed int64.
+DEBEZIUM_TYPED_FORM = "debezium-typed"
+
+
 def value_form(source: str, encoding: str) -> str:
     """The value form of an event of ``source`` (``ChangeEvent.source``) and ``encoding``."""
     if encoding == "debezium-json":
         return source if source.startswith("debezium") else "debezium"
+    if source.startswith("debezium"):
+        return DEBEZIUM_TYPED_FORM
     return TICDC_FORM if source in _TICDC_SOURCES else TEXT_FORM
 
 
@@ -425,6 +432,7 @@ def converter(
     target = target or spark_type(source_type)
     name, args, _ = _normalise(source_type)
     fn: Callable[[Any], Any]
+    unsigned = _normalise(source_type)[2]
     if isinstance(target, ByteType | ShortType | IntegerType | LongType):
         fn = _in_range(_to_bit if name == "bit" else _to_int, target)
     elif isinstance(target, DecimalType):
@@ -438,7 +446,9 @@ def converter(
         fn = _to_date
     elif isinstance(target, TimestampType):
         wall_clock = _normalise(source_type)[0] in _WALL_CLOCK_TYPES
-        zone = dt.UTC if wall_clock else _zone(source_timezone)
+        # Debezium writes an instant in UTC (ZonedTimestamp), whatever the source's zone.
+        utc = wall_clock or form.startswith("debezium")
+        zone = dt.UTC if utc else _zone(source_timezone)
         fn = lambda v: _to_timestamp(v, zone)  # noqa: E731
     elif isinstance(target, BinaryType):
         fn = lambda v: _to_bytes(v, source_type)  # noqa: E731
@@ -446,10 +456,14 @@ def converter(
         fn = _decimal_text
     else:
         fn = _to_string
+    if form == DEBEZIUM_TYPED_FORM and unsigned and name in ("bigint", "int8"):
+        # Connect has no unsigned int64: Debezium's default bigint.unsigned.handling.mode=long
+        # writes 2^64-1 as -1 (BinlogValueConverters); the column's type says it is unsigned.
+        fn = _then(_unsigned_64, fn)
     if form == TICDC_FORM and name in ("enum", "set"):
         pick = (_enum_label if name == "enum" else _set_labels)(_labels(args), source_type)
         fn = _then(pick, fn)
-    elif form.startswith("debezium"):
+    elif form.startswith("debezium") and form != DEBEZIUM_TYPED_FORM:
         from tidelake.formats.debezium import value_text
 
         connector = form.removeprefix("debezium").removeprefix("-")
@@ -467,6 +481,11 @@ def _then(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable
         return None if value is None else second(value)
 
     return both
+
+
+def _unsigned_64(value: Any) -> int:
+    number = _to_int(value)
+    return number + 2**64 if number < 0 else number
 
 
 def _decimal_text(value: Any) -> str:

@@ -176,3 +176,25 @@ def test_safe_widenings_are_the_type_changes_that_keep_every_value(
 ) -> None:
     """MODIFY / ALTER COLUMN TYPE is applied only when no existing value can change."""
     assert safe == is_safe_widening(spark_type(old), spark_type(new))
+
+
+def test_debezium_typed_bigint_unsigned_wraps_back_and_instants_are_utc() -> None:
+    """Debezium with a schema writes BIGINT UNSIGNED 2^64-1 as int64 -1
+    (bigint.unsigned.handling.mode=long) and a TIMESTAMP as UTC (ZonedTimestamp): typed by the
+    column's known type, the lake stores the source's values, whatever source_timezone says."""
+    from decimal import Decimal
+
+    from tidelake.lake.schema import DEBEZIUM_TYPED_FORM, converter
+
+    unsigned = converter("bigint unsigned", "UTC", DEBEZIUM_TYPED_FORM)
+    zoned = converter("timestamp", "Asia/Shanghai", DEBEZIUM_TYPED_FORM)
+    expected = (Decimal(2**64 - 1), dt.datetime(2024, 5, 5, 12, 0, tzinfo=dt.UTC))
+    assert expected == (unsigned("-1"), zoned("2024-05-05 12:00:00"))
+
+
+def test_an_unsigned_value_out_of_its_range_is_refused() -> None:
+    """A negative value for an unsigned column from a text producer is not wrapped: refused."""
+    from tidelake.lake.schema import converter
+
+    with pytest.raises(ValueError, match="does not fit"):
+        converter("int unsigned", "UTC")("99999999999999999999")
