@@ -12,7 +12,7 @@ exception as ``_origin``.
 operation first and the root cause last::
 
     SparkException: Job aborted due to stage failure: … | caused by: HoodieException:
-    Config conflict(key current value existing value): / RecordKey: b,a a,b
+    Config conflict(key  current value  existing value): / RecordKey:  b,a  a,b
 
 Each cause keeps its first lines; the whole text is bounded, and when it must be cut, causes
 in the middle go first: the root cause is what a user acts on, so it is always kept.
@@ -71,10 +71,12 @@ def shorten(text: str, limit: int) -> str:
 
 def first_lines(message: str | None, lines: int = LINES_PER_CAUSE) -> str:
     """The first ``lines`` non-blank lines of ``message`` on one line (`` / `` between them),
-    whitespace runs collapsed; stops at an embedded stack trace (``\\tat …``, ``Caused by:``)."""
+    whitespace runs collapsed but a tab kept apart as two spaces (Hudi's config conflict is a
+    tab-separated table); stops at an embedded stack trace (``\\tat …``, ``Caused by:``)."""
     kept: list[str] = []
     for line in (message or "").splitlines():
-        text = " ".join(line.split())
+        cells = (" ".join(cell.split()) for cell in line.split("\t"))
+        text = "  ".join(cell for cell in cells if cell)
         if not text:
             continue
         if (line[:1].isspace() and text.startswith(("at ", "... "))) or text.startswith(

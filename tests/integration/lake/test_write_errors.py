@@ -67,7 +67,8 @@ def test_a_record_key_conflict_is_described_by_hudis_reason(lake: Lake, tmp_path
         _save(lake, row, path, ["b", "a"])
 
     expected = (
-        "HoodieException: Config conflict(key current value existing value): / RecordKey: b,a a,b"
+        "HoodieException: Config conflict(key  current value  existing value): / "
+        "RecordKey:  b,a  a,b"
     )
     assert expected == describe_error(failed.value)
     assert str(failed.value).startswith("An error occurred while calling")  # what was shown
@@ -181,8 +182,8 @@ def test_ingest_once_shows_the_root_cause_of_a_failed_write_and_exits_1(
 
     assert 1 == second.returncode, second.stderr[-3000:]
     expected = (
-        "shop.orders: the Hudi write failed: HoodieException: Config conflict(key current "
-        "value existing value): / RecordKey: status id"
+        "shop.orders: the Hudi write failed: HoodieException: Config conflict(key  current "
+        "value  existing value): / RecordKey:  status  id"
     )
     failed_lines = [line for line in second.stderr.splitlines() if "ingest failed" in line]
     assert 2 == len(failed_lines), second.stderr[-3000:]  # the message and the log line

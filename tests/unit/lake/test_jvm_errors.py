@@ -77,8 +77,8 @@ def test_a_py4j_error_is_described_by_its_java_chain_root_cause_last() -> None:
     expected = (
         "SparkException: Writing job failed."
         + SEPARATOR
-        + "HoodieException: Config conflict(key current value existing value): / "
-        "RecordKey: b,a a,b"
+        + "HoodieException: Config conflict(key  current value  existing value): / "
+        "RecordKey:  b,a  a,b"
     )
     assert expected == describe_error(exc)
 
@@ -123,10 +123,10 @@ def test_a_message_embedding_its_cause_keeps_only_its_own_part() -> None:
 
 
 def test_first_lines_stop_at_an_embedded_stack_trace() -> None:
-    """Blank lines are skipped, whitespace collapsed, and ``\\tat`` / ``Caused by:`` end the
-    message."""
-    message = "first\tpart\n\n second line \n\tat org.x.Y.z(Y.java:3)\nCaused by: e\n"
-    expected = "first part / second line"
+    """Blank lines are skipped, spaces collapsed, a tab kept as two spaces, and ``\\tat`` /
+    ``Caused by:`` end the message."""
+    message = "first  part\n\n second\tline \n\tat org.x.Y.z(Y.java:3)\nCaused by: e\n"
+    expected = "first part / second  line"
     assert expected == first_lines(message)
 
 
