@@ -108,7 +108,14 @@ TYPE_MAPPING: tuple[TypeRow, ...] = (
     TypeRow(MYSQL, "varchar(255)", "Zoë 李雷", "string", "Zoë 李雷"),
     TypeRow(MYSQL, "longtext", "…", "string", "…"),
     TypeRow(MYSQL, "json", '{"a": [1, 2]}', "string", '{"a": [1, 2]}', "the JSON text as sent"),
-    TypeRow(MYSQL, "enum('new','paid')", "paid", "string", "paid", "the label, not its index"),
+    TypeRow(
+        MYSQL,
+        "enum('new','paid')",
+        "paid",
+        "string",
+        "paid",
+        "the label (TiCDC sends the 1-based index: the label comes from the column definition)",
+    ),
     TypeRow(MYSQL, "set('x','y','z')", "x,z", "string", "x,z", "comma-separated members"),
     TypeRow(
         MYSQL,
