@@ -21,7 +21,12 @@ changed, and applies each entry once (by ``at_ms``):
 * ``skip_ddl`` (with ``seq``, the stream sequence of the DDL the table is paused on, from
   ``ddl_blocked.json``): a resume that also tells the ingest to record that one DDL as
   applied without changing the table (``lake/evolve.py``). The entry stays in the file, so a
-  restart before the skip is committed still skips it.
+  restart before the skip is committed still skips it, until the table's checkpoint has
+  moved past the DDL: then the entry and the table's ``ddl_blocked.json`` entry are cleared
+  (:meth:`TableControl.apply`, every round).
+
+A resume or skip reaches the table in ``paused.json`` also when another ingest process paused
+it (``tidelake ingest --once`` runs one process per call): that file is what ``status`` reads.
 
 ``paused.json`` says what the ingest *did*; ``control.json`` what was *asked*.
 """
@@ -44,6 +49,8 @@ log = structlog.get_logger(__name__)
 
 CONTROL_FILE = "control.json"
 PAUSED_FILE = "paused.json"
+#: ``lake/evolve.py`` ``BLOCKED_FILE``: per paused table, the DDL it waits on.
+BLOCKED_FILE = "ddl_blocked.json"
 OPERATOR_PREFIX = "paused by operator"
 
 Action = Literal["pause", "resume", "skip_ddl"]
@@ -135,6 +142,44 @@ def request(
     return req
 
 
+def _write_json(path: Path, data: dict[str, Any], **dumps: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(orjson.dumps(data, **dumps))
+    os.replace(tmp, path)
+
+
+def _drop_key(path: Path, key: str, seq_at_most: int) -> bool:
+    """Remove ``key`` from the JSON object at ``path`` unless its ``seq`` is beyond
+    ``seq_at_most`` (a later DDL the table now waits on)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    entry = data.get(key) if isinstance(data, dict) else None
+    if entry is None or (isinstance(entry, dict) and int(entry.get("seq") or 0) > seq_at_most):
+        return False
+    del data[key]
+    _write_json(path, data, option=orjson.OPT_INDENT_2)
+    return True
+
+
+def forget_request(state_dir: Path, req: TableRequest) -> bool:
+    """Remove ``req`` from ``control.json`` once it has done its work; a newer request of the
+    same table (another ``at_ms``) stays."""
+    with _locked(state_dir):
+        try:
+            data = orjson.loads((state_dir / CONTROL_FILE).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return False
+        tables = data.get("tables") if isinstance(data, dict) else None
+        entry = tables.get(req.table) if isinstance(tables, dict) else None
+        if not isinstance(entry, dict) or entry.get("at_ms") != req.at_ms:
+            return False
+        del tables[req.table]  # type: ignore[union-attr]
+        _write_json(state_dir / CONTROL_FILE, {"tables": tables}, option=orjson.OPT_INDENT_2)
+    return True
+
+
 def skipped_ddl_seq(state_dir: Path, table: str) -> int | None:
     """The stream sequence of the DDL an operator asked to skip for ``table``, if any."""
     req = read_requests(state_dir).get(table)
@@ -161,6 +206,8 @@ class TableControl:
         self.state_dir = state_dir
         self._seen_mtime_ns = -1
         self._applied: dict[str, int] = {}
+        #: skip_ddl requests whose DDL the table's checkpoint has not passed yet.
+        self._skips: dict[str, TableRequest] = {}
 
     def _changed(self) -> bool:
         try:
@@ -173,19 +220,45 @@ class TableControl:
         return True
 
     def apply(self, ingest: Controlled) -> list[TableRequest]:
-        """Apply the requests not applied yet; returns them (usually none, cheaply)."""
-        if not self._changed():
-            return []
+        """Apply the requests not applied yet; returns them (usually none, cheaply). Then
+        clear the skips whose DDL the table's checkpoint has passed."""
+        done = self._apply_new(ingest) if self._changed() else []
+        self._settle(ingest)
+        return done
+
+    def _settle(self, ingest: Controlled) -> None:
+        """A skip whose DDL is behind the table's checkpoint has done its work: forget it
+        (control.json) and the DDL it was for (ddl_blocked.json)."""
+        for table, req in list(self._skips.items()):
+            checkpoint = ingest.writer.checkpoint(table)
+            if req.seq is None or checkpoint is None or int(checkpoint.seq) < req.seq:
+                continue
+            del self._skips[table]
+            forget_request(self.state_dir, req)
+            passed = int(checkpoint.seq)
+            _drop_key(self.state_dir / BLOCKED_FILE, table, passed)
+            # paused.json lost the table when the skip was applied; a pause since then has
+            # another reason (a later DDL, failures) and stays.
+            log.info("ddl skip settled", table=table, seq=req.seq, checkpoint_seq=passed)
+
+    def _apply_new(self, ingest: Controlled) -> list[TableRequest]:
         done: list[TableRequest] = []
+        on_disk = read_paused(self.state_dir)
         for table, req in read_requests(self.state_dir).items():
+            if req.action == "skip_ddl":
+                self._skips[table] = req
+            else:
+                self._skips.pop(table, None)
             if self._applied.get(table, 0) >= req.at_ms:
                 continue
             self._applied[table] = req.at_ms
             if req.action == "pause":
                 reason = f"{OPERATOR_PREFIX}: {req.reason}" if req.reason else OPERATOR_PREFIX
                 ingest.paused[table] = reason
-            elif table in ingest.paused:
-                del ingest.paused[table]
+            elif table in ingest.paused or table in on_disk:
+                # In paused.json but not in this process's paused tables: an earlier ingest
+                # process paused it, and status still shows it paused until the file says not.
+                ingest.paused.pop(table, None)
                 ingest.failures.pop(table, None)
                 checkpoint = ingest.writer.checkpoint(table)
                 floor = int(checkpoint.seq) if checkpoint is not None else 0

@@ -58,6 +58,7 @@ import structlog
 from tidelake.errors import TableRefused
 from tidelake.events import ChangeEvent
 from tidelake.lake import ddl
+from tidelake.lake.catalog import create_database, drop_database
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import DELETE_FIELD, split_table_id, table_path
 from tidelake.lake.schema import LINEAGE_NAMES, converter, is_safe_widening, schema_for, spark_type
@@ -240,9 +241,13 @@ class SchemaEvolver:
                 outcomes += self._truncate(op.table.table_id, event)
             elif isinstance(op, ddl.DropTable):
                 outcomes += self._drop(op.table.table_id, event, "drop table")
+            elif isinstance(op, ddl.CreateDatabase):
+                # No table and no checkpoint: databases.json orders it (lake/catalog.py).
+                create_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
             elif isinstance(op, ddl.DropDatabase):
                 for loc in self.writer.tables_of(op.database):
                     outcomes += self._drop(loc, event, "drop database")
+                drop_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
             elif isinstance(op, ddl.RenameTable):
                 outcomes += self._rename_table(op.table.table_id, op.to.table_id, event)
         if not any(o.table_id == table_id for o in outcomes) and event.table:

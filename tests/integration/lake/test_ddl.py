@@ -22,7 +22,9 @@ import pytest
 from lakekit import Lake, ddl_event, event
 
 from tidelake.api import control
+from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
+from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.evolve import read_blocked
 from tidelake.lake.verify import read_table
 
@@ -272,3 +274,124 @@ def test_a_table_evolved_with_schema_on_read_is_read_through_spark_not_hudi_rs(
         read_table(lake.config.lake_root, "shop.orders")
     data = read_table(lake.config.lake_root, "shop.orders", spark=lake.spark).to_pylist()
     assert [("1", "new")] == [(str(r["id"]), r["state"]) for r in data]
+
+
+def _tidb_ddl(table: str, sql: str, canal_type: str, seq: int) -> ChangeEvent:
+    """A DDL as TiCDC's canal-json carries it: ``sql`` is the TiDB parser's restored text
+    (pingcap/tiflow cdc/owner/ddl_sink.go, addSpecialComment), ``type`` from
+    pkg/sink/codec/canal/canal_entry.go convertDdlEventType; database DDL has table ""."""
+    database, _, name = table.partition(".")
+    return ChangeEvent(
+        source="tidb",
+        database=database,
+        table=name,
+        op=Op.DDL,
+        position=Position((100 + seq, 0)),
+        ddl=sql,
+        ddl_type=canal_type,
+        seq=seq,
+        commit_ts_ms=1_714_929_186_000 + seq,
+    )
+
+
+def test_tidb_restored_ddl_lands_with_defaults_and_no_ops_pass(lake: Lake) -> None:
+    """TiDB-restored DDL through the real ingest: a CREATE with TiDB feature comments, ADD
+    COLUMN with introducer, negative, decimal and bit DEFAULTs back-filled into the existing
+    rows, and TiFlash replica, index, placement-stripped and empty statements recorded
+    without a pause; CREATE DATABASE makes an empty database in the catalog and DROP
+    DATABASE removes it, also against a full replay."""
+    db = "tidb_empty_db"
+    lake.stage([_tidb_ddl(f"{db}.", f"CREATE DATABASE `{db}`", "QUERY", 1)])
+    lake.stage(
+        [
+            _tidb_ddl(
+                "shop.orders",
+                "CREATE TABLE `orders` (`id` BIGINT PRIMARY KEY /*T![clustered_index] CLUSTERED */,"
+                "`status` VARCHAR(16) DEFAULT _UTF8MB4'',`amount` DECIMAL(10,2)) ENGINE = InnoDB "
+                "DEFAULT CHARACTER SET = UTF8MB4 DEFAULT COLLATE = UTF8MB4_BIN "
+                "/*T! SHARD_ROW_ID_BITS = 4 */",
+                "CREATE",
+                2,
+            )
+        ]
+    )
+    lake.stage(
+        [
+            event("insert", 1, 103, 3, values={"status": "new", "amount": "1.00"}),
+            event("insert", 2, 104, 4, values={"status": "paid", "amount": "2.00"}),
+        ]
+    )
+    steps = [
+        ("ALTER TABLE `orders` ADD COLUMN `note` VARCHAR(32) DEFAULT _UTF8MB4'new'", "ALTER"),
+        ("ALTER TABLE `orders` ADD COLUMN `qty` INT NOT NULL DEFAULT -1", "ALTER"),
+        ("ALTER TABLE `orders` ADD COLUMN `price` DECIMAL(12,2) DEFAULT 1.50", "ALTER"),
+        ("ALTER TABLE `orders` ADD COLUMN `flag` BIT(1) DEFAULT b'1'", "ALTER"),
+        ("ALTER TABLE `orders` SET TIFLASH REPLICA 1", "QUERY"),
+        ("ALTER TABLE `orders` ADD INDEX `idx_status`(`status`)", "CINDEX"),
+        ("ALTER TABLE `orders`", "QUERY"),  # PLACEMENT POLICY=p1, skipped by the restore
+        ("", "QUERY"),  # ALTER PLACEMENT POLICY …: restored to nothing
+        ("ALTER TABLE `orders` ALTER INDEX `idx_status` INVISIBLE", "ALTER"),
+    ]
+    for n, (sql, canal_type) in enumerate(steps, start=5):
+        lake.stage([_tidb_ddl("shop.orders", sql, canal_type, n)])
+    stats = lake.ingest()
+    assert {} == stats.refused
+    expected = {
+        "1": ("new", "new", -1, Decimal("1.50"), True),  # BIT(1) is a boolean in the lake
+        "2": ("paid", "new", -1, Decimal("1.50"), True),
+    }
+    assert expected == lake.state("shop.orders", "status", "note", "qty", "price", "flag")
+    checkpoint = lake.checkpoint("shop.orders")
+    assert checkpoint is not None
+    assert 5 + len(steps) - 1 == checkpoint.seq
+    assert lake.spark.catalog.databaseExists(db)
+    assert [] == lake.spark.catalog.listTables(db)
+
+    last = 5 + len(steps)
+    lake.stage([_tidb_ddl(f"{db}.", f"DROP DATABASE `{db}`", "QUERY", last)])
+    assert {} == lake.ingest().refused
+    assert not lake.spark.catalog.databaseExists(db)
+    # A replay of the whole stream (cursor hint gone) does not bring the database back.
+    (Path(lake.config.lake_root) / "_tidelake" / "cursor.json").unlink()
+    assert {} == lake.ingest().refused
+    assert not lake.spark.catalog.databaseExists(db)
+    assert expected == lake.state("shop.orders", "status", "note", "qty", "price", "flag")
+
+
+def test_after_skip_ddl_and_a_catch_up_by_a_new_ingest_status_shows_the_table_unpaused(
+    lake: Lake,
+) -> None:
+    """``tidelake table skip-ddl`` then a catch-up by another ingest process (``ingest
+    --once`` is one per call): status (LakeRecord, what ``tidelake status`` reads) no longer
+    lists the table as paused, and the skip request and the blocked DDL are cleared once the
+    checkpoint has passed the DDL; a later unmappable DDL pauses the table again."""
+    lake.stage([event("insert", 1, 10, 1, values={"status": "new", "amount": "1.00"})])
+    lake.stage([_tidb_ddl("shop.orders", "ALTER TABLE `orders` TRUNCATE PARTITION `p0`",
+                          "ALTER", 2)])  # fmt: skip
+    lake.stage([event("update", 1, 113, 3, values={"status": "paid", "amount": "2.00"})])
+    stats = lake.ingest()
+    assert ["shop.orders"] == list(stats.refused)
+    state = Path(lake.config.lake_root) / "_tidelake"
+    record = LakeRecord(state)
+    record.refresh()
+    assert ["shop.orders"] == list(record.paused)
+    assert 2 == read_blocked(state)["shop.orders"]["seq"]
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "table", "skip-ddl", "shop.orders"],
+        env={k: v for k, v in {**os.environ, **lake.env}.items() if k != "TIDELAKE_CONFIG"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    assert {} == lake.ingest().refused  # a new Ingestor, as a new `ingest --once` process
+    assert {"1": ("paid",)} == lake.state()
+    record.refresh()
+    assert ({}, {}, {}) == (record.paused, record.requests, read_blocked(state))
+
+    lake.stage([_tidb_ddl("shop.orders", "RECOVER TABLE `orders`", "QUERY", 4)])
+    assert ["shop.orders"] == list(lake.ingest().refused)
+    record.refresh()
+    assert ["shop.orders"] == list(record.paused)
