@@ -92,3 +92,46 @@ def test_an_operator_pause_survives_a_restart_of_the_ingest(tmp_path: Path) -> N
         ingest = _Ingest(writer=_Writer({}))
         TableControl(tmp_path).apply(ingest)
         assert list(ingest.paused) == ["shop.orders"]
+
+
+def test_a_skip_is_forgotten_once_the_checkpoint_passes_its_ddl(tmp_path: Path) -> None:
+    """skip_ddl stays in control.json (a restart still skips) until the table's checkpoint
+    reaches the DDL's sequence; then it and the table's ddl_blocked.json entry go."""
+    (tmp_path / "ddl_blocked.json").write_bytes(orjson.dumps({"shop.orders": {"seq": 7}}))
+    writer = _Writer({"shop.orders": 6})
+    ingest = _Ingest(writer=writer, paused={"shop.orders": "DDL at stream sequence 7 …"})
+    control = TableControl(tmp_path)
+    request(tmp_path, "shop.orders", "skip_ddl", "skip-ddl", seq=7)
+    assert ["skip_ddl"] == [r.action for r in control.apply(ingest)]
+    assert ({}, ["shop.orders"]) == (ingest.paused, list(read_requests(tmp_path)))
+    writer.seqs["shop.orders"] = 7  # the skipped DDL committed
+    assert [] == control.apply(ingest)
+    assert {} == read_requests(tmp_path)
+    assert {} == orjson.loads((tmp_path / "ddl_blocked.json").read_bytes())
+
+
+def test_a_later_blocked_ddl_and_a_newer_request_survive_the_settling(tmp_path: Path) -> None:
+    """The table paused again on a later DDL keeps its pause and that DDL's entry; a request
+    made after the skip is not removed with it."""
+    (tmp_path / "ddl_blocked.json").write_bytes(orjson.dumps({"shop.orders": {"seq": 9}}))
+    writer = _Writer({"shop.orders": 6})
+    ingest = _Ingest(writer=writer)
+    control = TableControl(tmp_path)
+    request(tmp_path, "shop.orders", "skip_ddl", seq=7)
+    control.apply(ingest)
+    ingest.paused["shop.orders"] = "DDL at stream sequence 9 …"
+    writer.seqs["shop.orders"] = 8
+    control.apply(ingest)
+    assert {"shop.orders": "DDL at stream sequence 9 …"} == ingest.paused
+    assert 9 == orjson.loads((tmp_path / "ddl_blocked.json").read_bytes())["shop.orders"]["seq"]
+    assert {} == read_requests(tmp_path)
+
+
+def test_resume_reaches_a_table_an_earlier_ingest_process_paused(tmp_path: Path) -> None:
+    """paused.json from an earlier process (this one's paused tables are empty): a resume
+    still counts, so paused.json, which status reads, is rewritten without the table."""
+    (tmp_path / "paused.json").write_bytes(orjson.dumps({"shop.orders": "DDL …"}))
+    ingest = _Ingest(writer=_Writer({"shop.orders": 3}))
+    request(tmp_path, "shop.orders", "resume")
+    assert ["resume"] == [r.action for r in TableControl(tmp_path).apply(ingest)]
+    assert ([{}], 3) == (ingest.written, ingest.cursor)
