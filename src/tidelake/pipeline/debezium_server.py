@@ -55,7 +55,8 @@ def java_binary() -> Path:
         if java.is_file() and os.access(java, os.X_OK) and _java_major(java) >= _MIN_JAVA:
             return java
     raise DebeziumServerError(
-        f"no Java {_MIN_JAVA}+ found (set TIDELAKE_DEBEZIUM_JAVA_HOME); Debezium Server 3.x needs it"
+        f"no Java {_MIN_JAVA}+ found (set TIDELAKE_DEBEZIUM_JAVA_HOME); "
+        "Debezium Server 3.x needs it"
     )
 
 
@@ -108,7 +109,9 @@ class DebeziumServer:
             raise DebeziumServerError(
                 f"Debezium Server is not unpacked in {dist}: run scripts/setup"
             )
-        classpath = os.pathsep.join([str(runners[0]), str(dist / "config" / "lib"), f"{dist}/lib/*"])
+        classpath = os.pathsep.join(
+            [str(runners[0]), str(dist / "config" / "lib"), f"{dist}/lib/*"]
+        )
         return [str(java_binary()), "-Xmx512m", "-cp", classpath, "io.debezium.server.Main"]
 
     def start(self) -> DebeziumServer:
@@ -117,6 +120,12 @@ class DebeziumServer:
             return self
         self.properties_path.parent.mkdir(parents=True, exist_ok=True)
         self.properties_path.write_text(render_properties(self.properties))
+        # Kafka's FileOffsetBackingStore and Debezium's FileSchemaHistory do not create the
+        # directory of their file: without it every offset flush fails (NoSuchFileException)
+        # and a restart snapshots again from scratch.
+        for key, value in self.properties.items():
+            if key.endswith(".filename"):
+                (self.workdir / str(value)).parent.mkdir(parents=True, exist_ok=True)
         argv = self.argv()
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
@@ -154,19 +163,23 @@ class DebeziumServer:
         except OSError:
             return ""
 
-    def wait_for_log(self, text: str, timeout_s: float = 120.0) -> None:
-        """Wait until ``text`` appears in the log; fail early when the JVM exits."""
+    def wait_for_log(self, text: str, timeout_s: float = 120.0, count: int = 0) -> None:
+        """Wait until ``text`` is in the log ``count`` times (default: once per start, since
+        the log is appended across restarts); fail early when the JVM exits."""
+        want = count or self.starts
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                if text in self.log_path.read_text(errors="replace"):
+                if self.log_path.read_text(errors="replace").count(text) >= want:
                     return
             if self._proc is not None and self._proc.poll() is not None:
                 raise DebeziumServerError(
                     f"Debezium Server exited ({self._proc.returncode}):\n{self.log_tail()}"
                 )
             time.sleep(0.5)
-        raise DebeziumServerError(f"Debezium Server: no {text!r} in {timeout_s}s:\n{self.log_tail()}")
+        raise DebeziumServerError(
+            f"Debezium Server: no {text!r} in {timeout_s}s:\n{self.log_tail()}"
+        )
 
     def __enter__(self) -> DebeziumServer:
         return self.start()

@@ -30,7 +30,7 @@ from tidelake.pipeline.debezium_server import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import dbzkit  # noqa: E402
+import dbzkit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "debezium_server"
 
@@ -115,7 +115,9 @@ def _write(name: str, server: DebeziumServer, nats_url: str, prefix: str) -> int
             f.write(m.data + b"\n")
     with (out / "envelope.jsonl").open("wb") as f:
         for m in msgs:
-            f.write(orjson.dumps({"seq": m.seq, "subject": m.subject, "headers": m.headers}) + b"\n")
+            f.write(
+                orjson.dumps({"seq": m.seq, "subject": m.subject, "headers": m.headers}) + b"\n"
+            )
     (out / "application.properties").write_text(render_properties(server.properties))
     write_readme(name)
     return len(msgs)
@@ -182,7 +184,8 @@ def postgres(tmp: Path, nats_url: str) -> None:
 
 
 def mariadb(tmp: Path, nats_url: str) -> None:
-    db = MariaDBServer(tmp / "mariadb").start()
+    db = MariaDBServer(tmp / "mariadb")
+    db.start()
     try:
         conn = db.connect()
         with conn.cursor() as cur:

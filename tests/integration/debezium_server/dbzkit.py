@@ -20,9 +20,8 @@ from tidelake.bus.server import free_port
 from tidelake.config import load_config
 from tidelake.pipeline.debezium_server import DebeziumServer
 
-#: The log line Debezium's engine writes once the snapshot is done and streaming runs
-#: (PostgreSQL: io.debezium.connector.postgresql.PostgresStreamingChangeEventSource;
-#: MySQL/MariaDB: BinlogStreamingChangeEventSource); both contain this text.
+#: What io.debezium.pipeline.ChangeEventSourceCoordinator logs once the snapshot is done
+#: and the streaming source starts (seen in both the PostgreSQL and the MariaDB runs).
 STREAMING_STARTED = "Starting streaming"
 
 
@@ -82,7 +81,8 @@ PG_ALL_TYPES_ROWS = [
 
 PG_SNAPSHOT_SQL = [
     *PG_ALL_TYPES_ROWS,
-    "INSERT INTO public.customers SELECT g, 'customer ' || g, g * 1.25 FROM generate_series(1, 5) g",
+    "INSERT INTO public.customers SELECT g, 'customer ' || g, g * 1.25"
+    " FROM generate_series(1, 5) g",
     "INSERT INTO public.toasted VALUES (1, 0, %(note1)s)",
     "INSERT INTO public.composite VALUES (1, 'x', 10), (2, 'x', 20), (1, 'y', 30)",
 ]
