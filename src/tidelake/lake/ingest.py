@@ -131,11 +131,7 @@ def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | N
         # again when it is a republished copy changes nothing: the lake already holds that
         # key's image at that position, and nothing later of the table (or the watermark
         # would be higher).
-        if (
-            event.op.is_row_change
-            and watermark is not None
-            and event.position.encode() < watermark
-        ):
+        if event.op.is_row_change and watermark is not None and event.position.encode() < watermark:
             out.stale += 1
             continue
         out.kept.append(event)
@@ -1032,6 +1028,9 @@ class Ingestor:
         self.cursor = self._read_cursor()
         self._pause_lock = threading.Lock()
         self.control = TableControl(self.state_dir)  # pause/resume asked by the API or CLI
+        # A new process starts with nothing paused: a pause an earlier run recorded is tried
+        # again, and ``status`` must not go on showing it once the table ingests.
+        self._write_paused()
 
     # -- local state: cursor hint and logs
 

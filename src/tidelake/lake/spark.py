@@ -220,6 +220,10 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
     spark = builder.getOrCreate()
     apply_s3_credentials(spark, config.storage.s3)
     register_lake_tables(spark, config.lake_root)
+    from tidelake.lake.catalog import register_databases
+
+    # A database the source created stays visible while it holds no table yet.
+    register_databases(spark, config.lake_state_dir)
     return spark
 
 
