@@ -10,8 +10,10 @@ and the stderr and exit status of ``tidelake ingest --once``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -213,3 +215,72 @@ def test_ingest_once_exits_3_when_a_table_is_paused_unless_allowed(lake: Lake) -
 
     status = _tidelake(lake, "status")
     assert f"error ingest shop.orders: paused: {reason}" in status.stdout, status.stdout
+
+
+def test_continuous_ingest_shows_the_cause_while_retrying_then_pauses_with_it(
+    lake: Lake, tmp_path: Path
+) -> None:
+    """The same failing write in continuous mode: while it retries, the heartbeat's
+    ``last_error`` holds the root cause; after 3 failures the table is paused with the chain
+    as its reason (``paused.json``), ``status`` prints it whole, and SIGTERM still exits 0."""
+    lake.stage([event("insert", 1, 10, 1, values={"status": "new", "amount": "1.00"})])
+    assert 0 == _tidelake(lake, "ingest", "--once").returncode
+    config = tmp_path / "rekeyed.yaml"
+    config.write_text(
+        "lake:\n  hudi_options:\n    hoodie.datasource.write.recordkey.field: status\n"
+    )
+    lake.stage([event("update", 1, 11, 2, values={"status": "paid", "amount": "1.00"})])
+    state = Path(lake.config.lake_state_dir)
+    log = tmp_path / "ingest.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tidelake.cli",
+            "ingest",
+            "--continuous",
+            "--interval",
+            "0.2",
+            "--config",
+            str(config),
+        ],
+        env={**os.environ, **lake.env, "TIDELAKE_INGEST__WARM_UP": "false"},
+        cwd=REPO,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    errors_seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while "shop.orders" not in _json_file(state / "paused.json"):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            heartbeat = _json_file(state / "ingest.heartbeat.json")
+            if heartbeat.get("last_error"):
+                errors_seen.add(str(heartbeat["last_error"]))
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert 0 == proc.wait(timeout=120), log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    cause = (
+        "shop.orders: the Hudi write failed: HoodieException: Config conflict(key  current "
+        "value  existing value): / RecordKey:  status  id"
+    )
+    assert [cause] == sorted(errors_seen)
+    reason = _json_file(state / "paused.json")["shop.orders"]
+    assert f"{cause} (failed 3 times in a row)" == reason
+    assert "table paused" in log.read_text()
+    status = _tidelake(lake, "status")
+    assert f"error ingest shop.orders: paused: {reason}" in status.stdout, status.stdout
+
+
+def _json_file(path: Path) -> dict[str, object]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
