@@ -69,6 +69,7 @@ from tidelake.lake.hudi import (
     table_path,
     write_options,
 )
+from tidelake.lake.jvm_errors import shorten
 from tidelake.lake.schema import (
     LINEAGE_FIELDS,
     LINEAGE_NAMES,
@@ -421,8 +422,7 @@ def _typed_batch(
         try:
             collapse([event], key_fn(event))  # every key the event touches types
             for name in unknown:
-                if (event.row or {}).get(name) is not None:
-                    types.converter(table_id, name, "")(None)  # the reason, as a ValueError
+                typed(name, (event.row or {}).get(name), event)  # a value: refused, with why
         except _Rejected as exc:
             refused.append(Rejected(exc.event, exc.reason))
             continue
@@ -1281,8 +1281,11 @@ class Ingestor:
                     raise
                 failures += 1
                 pause = min(interval_s * 2**failures, 30.0)
-                log.error("round failed; retrying", error=str(exc)[:2000], retry_in_s=pause)
-                self.heartbeat("retrying", last_error=str(exc)[:500])  # shown by serve/status
+                error = shorten(str(exc), 2000)
+                log.error("round failed; retrying", error=error, retry_in_s=pause)
+                self.heartbeat(
+                    "retrying", last_error=shorten(str(exc), 1000)
+                )  # shown by serve/status
                 stop.wait(pause)
                 continue
             failures = 0

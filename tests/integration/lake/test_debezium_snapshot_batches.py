@@ -58,11 +58,11 @@ def _message(op: str, row: dict[str, Any] | None, before: dict[str, Any] | None,
 
 
 def _amount(cents: int) -> str:
-    """``numeric(12,2)`` as Debezium's precise decimal: base64 of the unscaled two's
-    complement (``JdbcValueConverters.convertDecimal``)."""
-    return base64.b64encode(
-        cents.to_bytes(8, "big", signed=True).lstrip(b"\x00") or b"\x00"
-    ).decode()
+    """``numeric(12,2)`` as Debezium's precise decimal: base64 of the unscaled value's
+    minimal big-endian two's complement (``JdbcValueConverters.convertDecimal``, Kafka
+    ``Decimal.fromLogical`` → ``BigInteger.toByteArray``)."""
+    size = (cents.bit_length() + 8) // 8
+    return base64.b64encode(cents.to_bytes(size, "big", signed=True)).decode()
 
 
 def _stage_and_ingest(env: StageEnv, spark: SparkSession) -> None:
