@@ -10,21 +10,24 @@ reason; every other row is in the lake exactly as expected.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.types import DataType, FloatType
 from stagekit import StageEnv, make_stage_env, run, stop_process
 
 from golden import Case, load_cases, sort_key
 from tidelake.bus import dlq
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import load_config
+from tidelake.lake.checkpoint import read_checkpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor
-from tidelake.lake.schema import convert_value
+from tidelake.lake.schema import TEXT_FORM, converter
 from tidelake.lake.verify import read_table
 from tidelake.stage.consumer import KEY_HEADER
 
@@ -58,18 +61,27 @@ async def _publish(env: StageEnv, case: Case, part: range) -> None:
         await nc.close()
 
 
-def _stored_types(spark: SparkSession, root: str, table_id: str) -> dict[str, str]:
-    """Column → Spark type name of the table as stored."""
+def _stored_types(spark: SparkSession, root: str, table_id: str) -> dict[str, DataType]:
+    """Column → Spark type of the table as stored."""
     path = table_path(root, *split_table_id(table_id))
-    return {f.name: f.dataType.simpleString() for f in spark.read.format("hudi").load(path).schema}
+    return {f.name: f.dataType for f in spark.read.format("hudi").load(path).schema}
 
 
-def _typed(value: Any, spark_type: str) -> Any:
-    """An expected canal-text value as the lake stores it, for a column of ``spark_type``."""
-    source_type = {"timestamp": "datetime", "string": "text", "binary": "varbinary"}.get(
-        spark_type, spark_type
-    )
-    return convert_value(value, source_type)
+def _declared(spark: SparkSession, root: str, table_id: str) -> dict[str, str]:
+    """Column → source type the table declares (its checkpoint, ``lake/definitions.py``)."""
+    committed = read_checkpoint(spark, table_path(root, *split_table_id(table_id)))
+    return committed.checkpoint.columns if committed else {}
+
+
+def _typed(value: Any, source_type: str | None, stored: DataType, zone: str) -> Any:
+    """An expected value, in the source's own text, as the lake stores it: typed by the
+    table's declared type in the source's zone, into the stored type (a FLOAT as float32)."""
+    fallback = {"timestamp": "datetime", "string": "text", "binary": "varbinary"}
+    kind = source_type or fallback.get(stored.simpleString(), stored.simpleString())
+    typed = converter(kind, zone, TEXT_FORM, stored)(value)
+    if isinstance(stored, FloatType) and typed is not None:
+        return struct.unpack("f", struct.pack("f", typed))[0]
+    return typed
 
 
 def _by_key(rows: list[dict[str, Any]], pk: list[str]) -> list[dict[str, Any]]:
@@ -106,8 +118,13 @@ def test_golden_case_ends_as_expected_in_the_lake(
     for table_id, spec in sorted(case.expected.items()):
         pk = spec["pk"]
         stored = _stored_types(spark, cfg.lake_root, table_id)
+        declared = _declared(spark, cfg.lake_root, table_id)
+        zone = cfg.lake.source_timezone
         columns = list(spec["rows"][0]) if spec["rows"] else list(pk)
-        expected = [{c: _typed(r.get(c), stored[c]) for c in columns} for r in spec["rows"]]
+        expected = [
+            {c: _typed(r.get(c), declared.get(c), stored[c], zone) for c in columns}
+            for r in spec["rows"]
+        ]
         actual = [
             {c: r.get(c) for c in columns} for r in read_table(cfg.lake_root, table_id).to_pylist()
         ]
