@@ -454,6 +454,8 @@ def converter(
         fn = lambda v: _to_bytes(v, source_type)  # noqa: E731
     elif isinstance(target, StringType) and name in ("decimal", "dec", "fixed", "numeric"):
         fn = _decimal_text
+    elif isinstance(target, StringType) and name == "time" and _MYSQL_TIME_FSP.match(source_type):
+        fn = _time_with_fsp(int(args or "0"))
     else:
         fn = _to_string
     if form == DEBEZIUM_TYPED_FORM and unsigned and name in ("bigint", "int8"):
@@ -481,6 +483,29 @@ def _then(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable
         return None if value is None else second(value)
 
     return both
+
+
+#: MySQL's ``time(fsp)`` (PostgreSQL spells ``time(p) without time zone``).
+_MYSQL_TIME_FSP = re.compile(r"^\s*time\s*\(\s*[0-6]\s*\)\s*$", re.IGNORECASE)
+_TIME_TEXT = re.compile(r"^(-?\d+:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
+
+
+def _time_with_fsp(fsp: int) -> Callable[[Any], str]:
+    """MySQL writes a ``TIME(fsp)`` with exactly fsp fraction digits (``-838:59:59.000000``);
+    a producer that drops trailing zeros (Debezium's MicroTime) gets them back, so one source
+    value has one lake text. A digit beyond fsp is refused, never cut."""
+
+    def text(value: Any) -> str:
+        raw = _to_string(value).strip()
+        match = _TIME_TEXT.match(raw)
+        if match is None:
+            return raw
+        whole, fraction = match.group(1), (match.group(2) or "").rstrip("0")
+        if len(fraction) > fsp:
+            raise ValueError(f"{raw} has more than {fsp} fraction digits")
+        return whole + ("." + fraction.ljust(fsp, "0") if fsp else "")
+
+    return text
 
 
 def _unsigned_64(value: Any) -> int:

@@ -198,3 +198,24 @@ def test_an_unsigned_value_out_of_its_range_is_refused() -> None:
 
     with pytest.raises(ValueError, match="does not fit"):
         converter("int unsigned", "UTC")("99999999999999999999")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("-838:59:59", "-838:59:59.000000"), ("12:00:00.5", "12:00:00.500000"),
+     ("01:02:03.123456", "01:02:03.123456")],
+)  # fmt: skip
+def test_a_mysql_time_keeps_its_declared_fraction_digits(text: str, expected: str) -> None:
+    """MySQL shows TIME(6) with six fraction digits; Debezium's MicroTime drops trailing
+    zeros: with the column's type known, every producer's value lands as MySQL shows it."""
+    from tidelake.lake.schema import converter
+
+    assert expected == converter("time(6)")(text)
+
+
+def test_a_time_fraction_beyond_its_declared_digits_is_refused() -> None:
+    """A digit TIME(2) cannot hold is refused, never cut."""
+    from tidelake.lake.schema import converter
+
+    with pytest.raises(ValueError, match="more than 2 fraction digits"):
+        converter("time(2)")("01:02:03.123")
