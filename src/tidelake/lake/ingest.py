@@ -284,8 +284,15 @@ class TableTypes:
 
     @classmethod
     def from_hints(cls, columns: Mapping[str, str], timezone: str = "UTC") -> TableTypes:
-        """Types from the messages alone (an untyped column as text)."""
-        return cls({c: t or UNTYPED for c, t in columns.items()}, {}, timezone)
+        """Types from the messages alone (an untyped column as text; an incomplete type,
+        such as a bare ``decimal``, types nothing)."""
+        source = {c: t or UNTYPED for c, t in columns.items()}
+        return cls(
+            {c: t if is_complete(t) else None for c, t in source.items()},
+            {},
+            timezone,
+            {c: t for c, t in columns.items() if t},
+        )
 
     def target(self, name: str) -> DataType | None:
         """The Spark type column ``name`` is stored as; None when no source types it."""
