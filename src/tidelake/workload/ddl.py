@@ -11,13 +11,9 @@ column keeps its values …), so the demo can check the lake's final rows **and*
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
-
-import orjson
 
 from tidelake.workload.orders import DATABASE, Message, OrderWorkload, Row
 
@@ -222,33 +218,8 @@ class DdlWorkload(OrderWorkload):
 
     # ---- messages ---------------------------------------------------------------------
     def _ddl_message(self, step: DdlStep) -> Message:
-        commit_ts = self._commit_ts()
-        physical = commit_ts >> 18
-        body: dict[str, Any] = {
-            "id": 0,
-            "database": DATABASE,
-            "table": step.table,
-            "pkNames": None,
-            "isDdl": True,
-            "type": step.kind,
-            "es": physical,
-            "ts": int(time.time() * 1000),
-            "sql": step.sql,
-            "sqlType": None,
-            "mysqlType": None,
-            "data": None,
-            "old": None,
-            "_tidb": {"commitTs": commit_ts},
-        }
-        self._emitted += 1
         self.ddl_emitted += 1
-        return Message(
-            subject=f"cdc.{DATABASE}.{step.table}",
-            msg_id=f"tidb:{commit_ts}:ddl",
-            payload=orjson.dumps(body),
-            table=step.table,
-            commit_ts_ms=physical,
-        )
+        return self._ddl(step.table, step.kind, step.sql)
 
     def _extra_table_txn(self) -> list[Message]:
         """Rows of the tables the DDL created: inserts, and updates of earlier ones."""

@@ -7,6 +7,11 @@ millisecond, deletes, primary-key changes (which TiCDC splits into DELETE + INSE
 
 The generator keeps the exact expected final state of every table as canal-json text values,
 so the demo and the tests can compare the lake row by row against it.
+
+As TiCDC with default settings writes them: the stream opens with each table's CREATE TABLE
+(TiDB-restored SQL), and row messages name types without parameters (``decimal``, not
+``decimal(12,2)``): the lake types values by the table's DDL, as it must for the real
+producer.
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class WorkloadSpec:
     events: int = 50_000
     seed: int = 7
     customers: int = 500
+    #: Open the stream with each table's CREATE TABLE, as a changefeed started before the
+    #: tables sees it (the SQL workload creates its tables itself: workload/sql.py).
+    create_tables: bool = True
 
 
 Row = dict[str, str | None]
@@ -134,7 +142,7 @@ class OrderWorkload:
             "ts": int(time.time() * 1000),
             "sql": "",
             "sqlType": {c: _SQL_TYPE_CODES.get(t.split("(")[0], 12) for c, t in types.items()},
-            "mysqlType": types,
+            "mysqlType": {c: ticdc_mysql_type(t) for c, t in types.items()},
             "old": [old] if old is not None else None,
             "data": [row],
             "_tidb": {"commitTs": commit_ts},
@@ -152,6 +160,46 @@ class OrderWorkload:
             payload=orjson.dumps(body),
             table=table,
             commit_ts_ms=physical,
+        )
+
+    def _ddl(self, table: str, kind: str, sql: str) -> Message:
+        """A canal-json DDL message as TiCDC writes one (``isDdl``, no rows)."""
+        commit_ts = self._commit_ts()
+        physical = commit_ts >> 18
+        body: dict[str, Any] = {
+            "id": 0,
+            "database": DATABASE,
+            "table": table,
+            "pkNames": None,
+            "isDdl": True,
+            "type": kind,
+            "es": physical,
+            "ts": int(time.time() * 1000),
+            "sql": sql,
+            "sqlType": None,
+            "mysqlType": None,
+            "data": None,
+            "old": None,
+            "_tidb": {"commitTs": commit_ts},
+        }
+        self._emitted += 1
+        return Message(
+            subject=f"cdc.{DATABASE}.{table}",
+            msg_id=f"tidb:{commit_ts}:ddl",
+            payload=orjson.dumps(body),
+            table=table,
+            commit_ts_ms=physical,
+        )
+
+    def create_table_sql(self, table: str) -> str:
+        """``CREATE TABLE`` as TiCDC sends it: the TiDB parser's restore (back-quoted names,
+        upper-case keywords, the clustered-index feature comment: ``addSpecialComment`` in
+        pingcap/tiflow cdc/owner/ddl_sink.go)."""
+        columns = ",".join(f"`{c}` {t.upper()}" for c, t in self.schemas[table].items())
+        key = ",".join(f"`{c}`" for c in self.primary_keys[table])
+        return (
+            f"CREATE TABLE `{DATABASE}`.`{table}` ({columns},PRIMARY KEY({key}) "
+            "/*T![clustered_index] CLUSTERED */)"
         )
 
     def _key(self, table: str, row: Row) -> Key:
@@ -345,6 +393,9 @@ class OrderWorkload:
         ]
         kinds = [k for _, k in mix]
         weights = [w for w, _ in mix]
+        if self.spec.create_tables:
+            for table in SCHEMAS:
+                yield [self._ddl(table, "CREATE", self.create_table_sql(table))]
         for _ in range(min(self.spec.customers, max(1, self.spec.events // 20))):
             if self._emitted >= self.spec.events:
                 return
@@ -362,6 +413,15 @@ class OrderWorkload:
             f"{DATABASE}.{t}": [rows[k] for k in sorted(rows, key=_sort_key)]
             for t, rows in self.state.items()
         }
+
+
+def ticdc_mysql_type(source_type: str) -> str:
+    """The ``mysqlType`` TiCDC's canal-json writes by default: the type name without its
+    parameters, `` unsigned`` kept (``GetMySQLType`` in pingcap/tiflow
+    pkg/sink/codec/utils/mysql_types.go, content-compatible off): ``decimal(12,2)`` →
+    ``decimal``. The lake takes precision and scale from the CREATE TABLE."""
+    name = source_type.split("(", 1)[0].strip().lower()
+    return f"{name} unsigned" if "unsigned" in source_type.lower() else name
 
 
 def _sort_key(key: Key) -> tuple[int, ...]:

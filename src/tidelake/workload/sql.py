@@ -12,6 +12,7 @@ or a PostgreSQL schema named ``shop``, with the SQL types of :data:`SCHEMAS`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -133,7 +134,8 @@ def run_sql_workload(
     Each workload transaction is committed on its own. Returns when ``spec.events`` changes
     were produced or ``should_stop()`` says so.
     """
-    workload = OrderWorkload(spec)
+    # The SQL workload creates its tables itself; the capture sends their DDL.
+    workload = OrderWorkload(dataclasses.replace(spec, create_tables=False))
     result = SqlRunResult()
     start = time.monotonic()
     cur = conn.cursor()
