@@ -88,7 +88,12 @@ MARIADB_PHASE2 = [
 
 
 def _config_doc(home: Path, nats_url: str, postgres: PostgresServer) -> dict[str, Any]:
-    tables = {t: {"primary_key": pk} for t, pk in {**PG_TABLES, **MARIADB_TABLES}.items()}
+    tables: dict[str, dict[str, Any]] = {
+        t: {"primary_key": pk} for t, pk in {**PG_TABLES, **MARIADB_TABLES}.items()
+    }
+    # Debezium's Connect schema of a MySQL TIME carries no fsp (MicroTime, trailing zeros
+    # dropped): the column's declared type gives the lake its fraction digits.
+    tables["shop.all_types"]["columns"] = {"c_time": "time(6)"}
     return {
         "home": str(home),
         "bus": {"url": nats_url},
