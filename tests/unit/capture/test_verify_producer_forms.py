@@ -65,6 +65,12 @@ def test_time_with_time_zone_keeps_the_instant() -> None:
         ("1 day", "P1D", (0, 1, 0)),
         ("14 days", "P2W", (0, 14, 0)),
         ("00:00:00.000001", "P0Y0M0DT0H0M0.000001S", (0, 0, 1)),
+        # PostgreSQL's own iso_8601 IntervalStyle output of the same values (a real server)
+        ("-1 days +02:00:00", "P-1DT2H", (0, -1, 7_200_000_000)),
+        ("-1 years -2 mons +3 days -04:00:00", "P-1Y-2M3DT-4H", (-14, 3, -14_400_000_000)),
+        ("1 mon -1 days +23:59:59.999999", "P1M-1DT23H59M59.999999S", (1, -1, 86_399_999_999)),
+        ("-00:00:00.000001", "PT-0.000001S", (0, 0, -1)),
+        ("2562047788:00:54.775807", "PT2562047788H54.775807S", (0, 0, 2**63 - 1)),
     ],
 )
 def test_interval_postgres_style_and_iso_8601_meet(
