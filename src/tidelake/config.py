@@ -272,7 +272,9 @@ class SourceCatalogConfig(_Model):
         "postgresql://user@host:port/dbname: column types and primary keys are read from "
         "information_schema / pg_catalog for tables the stream does not define",
     )
-    password: SecretStr | None = Field(None, description="env TIDELAKE_LAKE__SOURCE_CATALOG__PASSWORD")
+    password: SecretStr | None = Field(
+        None, description="env TIDELAKE_LAKE__SOURCE_CATALOG__PASSWORD"
+    )
     password_file: Path | None = Field(None, description="file holding the password")
 
     def resolved_password(self) -> str | None:
