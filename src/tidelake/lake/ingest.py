@@ -390,19 +390,33 @@ def _typed_batch(
     current: CurrentValues | None,
 ) -> TableBatch | list[Rejected]:
     """The batch, or the events refused in this pass (the caller drops them and retries)."""
-    names = [n for n in _columns(events, pk) if types.target(n) is not None or n in pk]
-    unknown = [n for n in _columns(events, pk) if n not in names]
-    converters: dict[tuple[str, str], Callable[[Any], Any]] = {}
+    columns = _columns(events, pk)
+    names = [n for n in columns if types.target(n) is not None or n in pk]
+    unknown = [n for n in columns if n not in names]
+    forms: dict[tuple[str, str], str] = {}
+    by_form: dict[str, list[Callable[[Any], Any]]] = {}
+
+    def form_of(event: ChangeEvent) -> str:
+        ident = (event.source, event.encoding)
+        form = forms.get(ident)
+        if form is None:
+            form = forms[ident] = value_form(*ident)
+        return form
+
+    def converters(form: str) -> list[Callable[[Any], Any]]:
+        """One converter per column of ``names``, for values written in ``form``."""
+        held = by_form.get(form)
+        if held is None:
+            held = by_form[form] = [types.converter(table_id, n, form) for n in names]
+        return held
 
     def typed(name: str, value: Any, event: ChangeEvent) -> Any:
         if value is None:
             return None
-        form = value_form(event.source, event.encoding)
-        fn = converters.get((name, form))
-        if fn is None:
-            fn = converters[(name, form)] = types.converter(table_id, name, form)
         try:
-            return fn(value)
+            if name in unknown:
+                return types.converter(table_id, name, form_of(event))(value)
+            return converters(form_of(event))[names.index(name)](value)
         except (ValueError, TypeError, ArithmeticError) as exc:
             raise _Rejected(
                 event,
@@ -422,25 +436,25 @@ def _typed_batch(
         return key_of
 
     refused: list[Rejected] = []
-    accepted: list[ChangeEvent] = []
-    for event in events:
-        if not event.op.is_row_change:
-            continue
+    row_events = [e for e in events if e.op.is_row_change]
+    for event in row_events if unknown else ():
         try:
-            collapse([event], key_fn(event))  # every key the event touches types
             for name in unknown:
                 typed(name, (event.row or {}).get(name), event)  # a value: refused, with why
         except _Rejected as exc:
             refused.append(Rejected(exc.event, exc.reason))
-            continue
-        except ValueError as exc:
-            refused.append(Rejected(event, str(exc)))
-            continue
-        accepted.append(event)
     if refused:
         return refused
-
-    changes = collapse(accepted, key_for=key_fn)
+    try:
+        changes = collapse(row_events, key_for=key_fn)
+    except _Rejected:
+        # A key that does not type: find every such event (the rare path).
+        for event in row_events:
+            try:
+                collapse([event], key_fn(event))
+            except _Rejected as exc:
+                refused.append(Rejected(exc.event, exc.reason))
+        return refused
     stored_values = _stored_values(table_id, changes, current)
     if isinstance(stored_values, list):
         return stored_values
@@ -449,12 +463,27 @@ def _typed_batch(
     deletes = 0
     for change in changes:
         e = change.event
+        image = change.row
         try:
-            held = stored_values.get(change.key, {})
-            values = [
-                held[name] if name in change.missing else typed(name, change.row.get(name), e)
-                for name in names
-            ]
+            if change.missing:
+                held = stored_values.get(change.key, {})
+                values = [
+                    held[n] if n in change.missing else typed(n, image.get(n), e) for n in names
+                ]
+            else:
+                fns = converters(form_of(e))
+                values = [
+                    None if (v := image.get(n)) is None else fn(v)
+                    for n, fn in zip(names, fns, strict=True)
+                ]
+        except (ValueError, TypeError, ArithmeticError):
+            try:  # again, column by column, for the reason naming the value
+                for n in names:
+                    typed(n, image.get(n), e)
+            except _Rejected as exc:
+                refused.append(Rejected(exc.event, exc.reason))
+                continue
+            raise  # converters are deterministic: never reached, never a silent skip
         except _Rejected as exc:
             refused.append(Rejected(exc.event, exc.reason))
             continue
