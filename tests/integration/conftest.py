@@ -1,4 +1,5 @@
-"""Integration fixtures: a real ``nats-server`` per test module, isolated streams per test."""
+"""Integration fixtures: a real ``nats-server`` per test module, isolated streams per test;
+private MariaDB and PostgreSQL servers, one per test module that asks for them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from stagekit import StageEnv, make_stage_env
 
 from tidelake.bus.server import EmbeddedNats
+from tidelake.capture.servers import MariaDBServer, PostgresServer
 
 _homes = itertools.count(1)
 
@@ -21,6 +23,28 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNa
     server = EmbeddedNats(tmp_path_factory.mktemp("nats"))
     with server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A private mariadbd with ROW binlog and full row metadata, on 127.0.0.1."""
+    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A private postgres with wal_level=logical, on 127.0.0.1."""
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Private MariaDB and PostgreSQL servers (one per test module) and a nats-server per test."""
+"""A nats-server per test (MariaDB and PostgreSQL come from tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,31 +9,8 @@ from pathlib import Path
 import pytest
 
 from tidelake.bus.server import EmbeddedNats
-from tidelake.capture.servers import MariaDBServer, PostgresServer
 
 sys.path.insert(0, str(Path(__file__).parent))
-
-
-@pytest.fixture(scope="module")
-def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
-    """A private mariadbd with ROW binlog and full row metadata, on 127.0.0.1."""
-    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """A private postgres with wal_level=logical, on 127.0.0.1."""
-    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 @pytest.fixture

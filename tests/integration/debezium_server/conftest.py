@@ -1,4 +1,5 @@
-"""Debezium Server fixtures: private PostgreSQL and MariaDB, one Spark session.
+"""Debezium Server fixtures: one Spark session (PostgreSQL and MariaDB come from
+tests/integration/conftest.py).
 
 The nats-server comes from ``tests/integration/conftest.py`` (one per module). Debezium
 Server itself is started by the test: it is stopped and started again mid-run.
@@ -12,7 +13,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.config import load_config
 from tidelake.lake.spark import build_spark_session
 from tidelake.pipeline import debezium_server
@@ -28,23 +28,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                         reason="Debezium Server or Java 21+ missing: run scripts/setup"
                     )
                 )
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """A private PostgreSQL with wal_level=logical."""
-    server = PostgresServer(tmp_path_factory.mktemp("pg")).start()
-    try:
-        yield server
-    finally:
-        server.remove()
-
-
-@pytest.fixture(scope="module")
-def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
-    """A private MariaDB with a row-format binlog."""
-    with MariaDBServer(tmp_path_factory.mktemp("mariadb")) as server:
-        yield server  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ real nats-server, staged by the real stager process, ingested into Hudi.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,6 @@ pytestmark = pytest.mark.integration
 
 TYPES = {"id": "bigint", "amount": "decimal", "status": "enum", "tags": "set", "bits": "bit",
          "note": "varchar", "extra": "decimal"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
-    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _insert(row: dict[str, Any], commit_ts: int) -> bytes:
