@@ -25,6 +25,7 @@ the one it was created with (``hoodie.table.recordkey.fields``).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -71,11 +72,21 @@ class SourceCatalog:
     table created after start is found without hammering the source for every batch.
     """
 
-    def __init__(self, config: Config, reader: CatalogReader | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        reader: CatalogReader | None = None,
+        *,
+        retry_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._dsn = config.lake.source_catalog.dsn
         self._password = config.lake.source_catalog.resolved_password()
         self._reader = reader
-        self._known: dict[str, TableDefinition | None] = {}
+        self._retry_s = retry_s
+        self._clock = clock
+        #: table → (definition or None, when it was read)
+        self._known: dict[str, tuple[TableDefinition | None, float]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -84,9 +95,11 @@ class SourceCatalog:
     def get(self, table_id: str) -> TableDefinition | None:
         if self._dsn is None:
             return None
-        if table_id not in self._known:
-            self._known[table_id] = self._read(table_id)
-        return self._known[table_id]
+        held = self._known.get(table_id)
+        now = self._clock()
+        if held is None or (held[0] is None and now - held[1] >= self._retry_s):
+            held = self._known[table_id] = (self._read(table_id), now)
+        return held[0]
 
     def refresh(self, table_id: str) -> None:
         """Forget what was read (after DDL: the source's definition changed)."""
