@@ -393,6 +393,7 @@ def _typed_batch(
     columns = _columns(events, pk)
     names = [n for n in columns if types.target(n) is not None or n in pk]
     unknown = [n for n in columns if n not in names]
+    index = {n: i for i, n in enumerate(names)}
     forms: dict[tuple[str, str], str] = {}
     by_form: dict[str, list[Callable[[Any], Any]]] = {}
 
@@ -416,7 +417,7 @@ def _typed_batch(
         try:
             if name in unknown:
                 return types.converter(table_id, name, form_of(event))(value)
-            return converters(form_of(event))[names.index(name)](value)
+            return converters(form_of(event))[index[name]](value)
         except (ValueError, TypeError, ArithmeticError) as exc:
             raise _Rejected(
                 event,
