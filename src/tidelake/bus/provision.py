@@ -20,6 +20,7 @@ import nats.js.errors
 import structlog
 from nats.js import JetStreamContext, api
 
+from tidelake.bus.connection import connect
 from tidelake.config import BusConfig
 from tidelake.errors import BusError
 
@@ -172,3 +173,15 @@ async def ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerI
         return info
     except nats.js.errors.Error as exc:
         raise BusError(f"cannot provision consumer {want.durable_name}: {exc}") from exc
+
+
+async def provision(cfg: BusConfig, url: str | None = None) -> None:
+    """Connect to ``url`` (default ``cfg.url``), make the streams and the stager's consumer
+    as configured, and close: what every process that starts a pipeline does first."""
+    nc = await connect(cfg, url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, cfg)
+        await ensure_consumer(js, cfg)
+    finally:
+        await nc.close()

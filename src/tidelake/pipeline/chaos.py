@@ -43,7 +43,7 @@ import yaml
 
 from tidelake.api.heartbeat import read_heartbeat
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
@@ -401,16 +401,6 @@ def _write_config(home: Path, url: str, opts: ChaosOptions, extra: dict[str, Any
     return path
 
 
-async def _provision(cfg: Config, url: str) -> None:
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
-    finally:
-        await nc.close()
-
-
 async def _stream_position(cfg: Config, url: str) -> tuple[int, int, int]:
     """(last stream sequence, consumer pending, consumer ack-pending)."""
     nc = await connect(cfg.bus, url)
@@ -560,7 +550,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         server.start()
         config_path = _write_config(home, server.url, opts, source.configure({}))
         cfg = load_config(config_path, environ={})
-        asyncio.run(_provision(cfg, server.url))
+        asyncio.run(provision(cfg.bus, server.url))
         env = {**run_env(config_path, home, server.url), **source.env()}
         logs = home / "logs"
         state_dir = cfg.lake_state_dir

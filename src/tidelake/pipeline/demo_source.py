@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
@@ -94,16 +94,6 @@ async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> _Publ
         await nc.close()
 
 
-async def _provision(cfg: Config, url: str) -> None:
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
-    finally:
-        await nc.close()
-
-
 def _check_children(children: list[StageProcess]) -> None:
     for child in children:
         if not child.alive():
@@ -143,7 +133,7 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
             )
         )
         cfg = load_config(home / "config.yaml", environ={})
-        asyncio.run(_provision(cfg, nats.url))
+        asyncio.run(provision(cfg.bus, nats.url))
         logs = home / "logs"
         children = [
             StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log"),

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
@@ -27,16 +26,6 @@ log = structlog.get_logger(__name__)
 
 #: Longest pause before restarting a child that keeps dying.
 MAX_BACKOFF_S = 30.0
-
-
-async def _provision(cfg: Config, url: str | None) -> None:
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
-    finally:
-        await nc.close()
 
 
 def run_pipeline(cfg: Config, config_path: Path | None, *, interval_s: float = 1.0) -> int:
@@ -77,7 +66,7 @@ def run_pipeline(cfg: Config, config_path: Path | None, *, interval_s: float = 1
             0, StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
         )
     try:
-        asyncio.run(_provision(cfg, url))
+        asyncio.run(provision(cfg.bus, url))
         for child in children:
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_streams
+from tidelake.bus.provision import provision as provision_bus
 from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import free_port
 from tidelake.config import load_config
@@ -256,18 +256,9 @@ class StreamMessage:
     data: bytes
 
 
-async def _provision(url: str) -> None:
-    cfg = load_config(None, environ={})
-    nc = await connect(cfg.bus, url)
-    try:
-        await ensure_streams(nc.jetstream(), cfg.bus)
-    finally:
-        await nc.close()
-
-
 def provision(url: str) -> None:
     """Create tidelake's CDC and DLQ streams (the sink publishes into the CDC stream)."""
-    asyncio.run(_provision(url))
+    asyncio.run(provision_bus(load_config(None, environ={}).bus, url))
 
 
 async def _read(url: str) -> list[StreamMessage]:

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from tidelake.bus.connection import connect
 from tidelake.bus.dlq import HEADER_REASON
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.capture.verify import verify_table
@@ -106,16 +106,6 @@ def _config_doc(home: Path, nats_url: str, postgres: PostgresServer) -> dict[str
             "spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2},
         },
     }
-
-
-async def _provision(cfg: Config) -> None:
-    nc = await connect(cfg.bus)
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
-    finally:
-        await nc.close()
 
 
 async def _bus_state(cfg: Config) -> tuple[int, int, int, int]:
@@ -203,7 +193,7 @@ def test_debezium_server_snapshot_restart_and_every_type_land_value_for_value(
     config_path = home / "config.yaml"
     config_path.write_text(yaml.safe_dump(_config_doc(home, nats_server.url, postgres)))
     cfg = load_config(config_path, environ={})
-    asyncio.run(_provision(cfg))
+    asyncio.run(provision(cfg.bus))
 
     pg = postgres.connect()
     notes = {"note1": dbzkit.long_text(1), "note2": dbzkit.long_text(2)}
