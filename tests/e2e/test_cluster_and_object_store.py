@@ -15,9 +15,9 @@ import yaml
 
 from sparkcluster import SparkCluster
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.verify import read_table
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
-from tidelake.stage.storage import LocalStorage
+from tidelake.verify.lake import read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -29,8 +29,8 @@ from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
-from tidelake.stage.storage import LocalStorage
 
 T = TypeVar("T")
 _ids = itertools.count(1)

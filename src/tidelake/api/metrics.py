@@ -18,8 +18,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tidelake.api.heartbeat import heartbeat_age_s, is_up
 from tidelake.api.monitor import Snapshot, pipeline_state, table_states
+from tidelake.runtime.heartbeat import heartbeat_age_s, is_up
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PIPELINE_STATES = ("healthy", "degraded", "stale", "down")

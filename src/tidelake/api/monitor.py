@@ -23,11 +23,11 @@ from typing import Any
 
 import structlog
 
-from tidelake.api.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
 from tidelake.api.jetstream import JetStream, is_bus_error
 from tidelake.api.records import Histogram, LakeRecord, StageRecord
 from tidelake.config import Config
-from tidelake.stage.storage import open_storage
+from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
+from tidelake.runtime.storage import open_storage
 
 log = structlog.get_logger(__name__)
 

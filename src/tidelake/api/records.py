@@ -23,10 +23,15 @@ import orjson
 import structlog
 
 from tidelake.api.control import TableRequest, read_paused, read_requests
-from tidelake.api.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat, read_heartbeat
 from tidelake.errors import TidelakeError
+from tidelake.runtime.heartbeat import (
+    HEARTBEAT_DIR,
+    heartbeat_name,
+    parse_heartbeat,
+    read_heartbeat,
+)
+from tidelake.runtime.storage import Storage
 from tidelake.stage.manifest import MANIFEST_DIR, Manifest, read_manifest
-from tidelake.stage.storage import Storage
 
 log = structlog.get_logger(__name__)
 

@@ -23,9 +23,9 @@ import orjson
 
 from tidelake.events import ChangeEvent
 from tidelake.formats import decode
+from tidelake.runtime.storage import Storage
 from tidelake.stage.batch import Batch, BatchLimits
 from tidelake.stage.manifest import Manifest
-from tidelake.stage.storage import Storage
 from tidelake.workload.orders import DATABASE, PRIMARY_KEYS, SCHEMAS
 
 TABLE = "orders"

@@ -61,7 +61,7 @@ from tidelake.lake.hudi import write_options as hudi_write_options
 from tidelake.lake.ingest import Ingestor, TableWriter, build_batch
 from tidelake.lake.schema import schema_for
 from tidelake.lake.spark import build_spark_session, session_conf
-from tidelake.stage.storage import LocalStorage
+from tidelake.runtime.storage import LocalStorage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

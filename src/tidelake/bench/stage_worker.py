@@ -19,10 +19,10 @@ from nats.aio.msg import Msg
 
 from tidelake.bench.memory import status_kib
 from tidelake.config import load_config
+from tidelake.runtime.storage import open_storage
 from tidelake.stage.batch import Batch
 from tidelake.stage.consumer import Stager
 from tidelake.stage.manifest import Manifest
-from tidelake.stage.storage import open_storage
 
 
 class TimedStager(Stager):

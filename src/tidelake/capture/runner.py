@@ -9,7 +9,7 @@ every message emitted before it; only then is its state written by
 :class:`~tidelake.capture.position.PositionStore` and confirmed to the source (PostgreSQL's
 flushed LSN). ``kill -9`` at any instant therefore loses nothing: the restart resumes at the
 last saved transaction boundary and republishes at most what followed it. A heartbeat file
-(``api/heartbeat.py``) beside the position file tells ``tidelake serve`` what capture does.
+(``runtime/heartbeat.py``) beside the position file tells ``tidelake serve`` what capture does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from tidelake.api.heartbeat import Heartbeat
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_streams
 from tidelake.capture.canal import Item, Outgoing, Resume
@@ -35,6 +34,7 @@ from tidelake.capture.position import PositionStore
 from tidelake.capture.publisher import Publisher
 from tidelake.config import Config
 from tidelake.errors import Terminal, TidelakeError, Transient
+from tidelake.runtime.heartbeat import Heartbeat
 
 log = structlog.get_logger(__name__)
 

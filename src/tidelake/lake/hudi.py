@@ -33,7 +33,7 @@ CHECKPOINT_KEY = "tidelake.checkpoint"
 ORDERING_FIELD = "_tl_position"
 #: Hudi's own soft-delete marker column.
 DELETE_FIELD = "_hoodie_is_deleted"
-#: Hudi table version written. hudi-rs 0.5.0 (lake/verify.py) reads version 9, the 1.1 default;
+#: Hudi table version written. hudi-rs 0.5.0 (verify/lake.py) reads version 9, the 1.1 default;
 #: pinned so that a Hudi upgrade cannot silently write a layout the JVM-free reader rejects.
 TABLE_VERSION = "9"
 #: Directory under the lake root holding tidelake's own files (cursor, commit log, logs).

@@ -39,7 +39,6 @@ import structlog
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from tidelake.api.control import TableControl
-from tidelake.api.heartbeat import write_heartbeat
 from tidelake.config import Config
 from tidelake.errors import IngestError, TableRefused, Terminal
 from tidelake.events import ChangeEvent, Op
@@ -78,8 +77,9 @@ from tidelake.lake.schema import (
     value_form,
 )
 from tidelake.lake.spark import list_dir, table_exists
+from tidelake.runtime.heartbeat import write_heartbeat
+from tidelake.runtime.storage import Storage, open_storage
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
-from tidelake.stage.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -41,13 +41,13 @@ import orjson
 import structlog
 import yaml
 
-from tidelake.api.heartbeat import read_heartbeat
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
 from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
+from tidelake.runtime.heartbeat import read_heartbeat
 from tidelake.workload.orders import DATABASE, SCHEMAS, OrderWorkload, WorkloadSpec
 
 log = structlog.get_logger(__name__)
@@ -356,7 +356,7 @@ class _MariaDBSource:
         return self.rows_changed
 
     def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
-        from tidelake.capture.verify import verify_table
+        from tidelake.verify.source import verify_table
 
         out: dict[str, dict[str, Any]] = {}
         for table in SCHEMAS:

@@ -26,15 +26,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tidelake.api.heartbeat import read_heartbeat
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, load_config
-from tidelake.lake.compare import Comparison, compare_rows, compare_schema
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
+from tidelake.runtime.heartbeat import read_heartbeat
+from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
 
@@ -264,7 +264,7 @@ def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Con
 
 def _verify(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
     """Every table row by row and column by column; tables the DDL dropped must be gone."""
-    from tidelake.lake.verify import read_table  # hudi-rs: JVM-free
+    from tidelake.verify.lake import read_table  # hudi-rs: JVM-free
 
     results = []
     for table, rows in workload.expected_rows().items():

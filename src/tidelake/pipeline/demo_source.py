@@ -27,7 +27,6 @@ from tidelake.bus.provision import provision
 from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.capture.verify import verify_table
 from tidelake.config import Config, load_config
 from tidelake.pipeline.demo import (
     DemoOptions,
@@ -39,6 +38,7 @@ from tidelake.pipeline.demo import (
     _wait_for_lake,
 )
 from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
+from tidelake.verify.source import verify_table
 from tidelake.workload.orders import DATABASE, SCHEMAS, WorkloadSpec
 from tidelake.workload.sql import run_sql_workload, schema_statements
 

@@ -27,7 +27,7 @@ import structlog
 from tidelake.bus.server import free_port
 from tidelake.config import Config, S3Config, StorageConfig
 from tidelake.errors import TidelakeError, Transient
-from tidelake.stage.storage import s3_client
+from tidelake.runtime.storage import s3_client
 
 log = structlog.get_logger(__name__)
 

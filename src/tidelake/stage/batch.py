@@ -1,6 +1,6 @@
 """The batch accumulator: decoded messages in, one staged batch (files + manifest) out.
 
-Pure logic over :class:`~tidelake.stage.storage.Storage`; it knows nothing of NATS, so a
+Pure logic over :class:`~tidelake.runtime.storage.Storage`; it knows nothing of NATS, so a
 message is any object (the stager passes JetStream messages, tests pass anything) kept only
 so the caller can acknowledge the batch after :meth:`Batch.flush`.
 
@@ -29,8 +29,8 @@ from typing import Generic, TypeVar
 
 from tidelake.config import StageConfig
 from tidelake.events import ChangeEvent, Op
+from tidelake.runtime.storage import Storage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
-from tidelake.stage.storage import Storage
 
 M = TypeVar("M")
 

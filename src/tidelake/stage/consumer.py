@@ -60,10 +60,10 @@ from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, DecodeError
 from tidelake.formats import Decoded
+from tidelake.runtime.storage import Storage, open_storage
 from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
 from tidelake.stage.manifest import Manifest
 from tidelake.stage.pii import PiiMasker
-from tidelake.stage.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -492,9 +492,9 @@ def _noop() -> None:
 
 async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:
     """``tidelake stage``: connect, provision streams and consumer, stage until signalled."""
-    from tidelake.api.heartbeat import Heartbeat, scalar_fields
     from tidelake.bus.connection import connect
     from tidelake.bus.provision import ensure_consumer, ensure_streams
+    from tidelake.runtime.heartbeat import Heartbeat, scalar_fields
 
     target = url or cfg.bus.url
     if not target:

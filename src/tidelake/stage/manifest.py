@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from tidelake.errors import ManifestError
-from tidelake.stage.storage import Storage
+from tidelake.runtime.storage import Storage
 
 MANIFEST_VERSION = 1
 MANIFEST_DIR = "manifests"

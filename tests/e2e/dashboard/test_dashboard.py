@@ -28,13 +28,13 @@ from apikit import (
 from browserkit import screenshot
 from playwright.sync_api import Page, expect
 
-from tidelake.api.heartbeat import write_heartbeat
 from tidelake.bus import dlq
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats, free_port
 from tidelake.config import load_config
 from tidelake.pipeline.processes import StageProcess
+from tidelake.runtime.heartbeat import write_heartbeat
 
 _sites = itertools.count(1)
 

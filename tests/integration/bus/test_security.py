@@ -24,8 +24,8 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.errors import BusError
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import list_manifests, read_manifest
-from tidelake.stage.storage import LocalStorage
 
 pytestmark = pytest.mark.integration
 

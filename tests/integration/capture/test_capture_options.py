@@ -18,8 +18,8 @@ from tidelake.capture.dsn import parse_dsn
 from tidelake.capture.mysql import MySQLSource
 from tidelake.capture.runner import CaptureError
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.capture.verify import verify_table
 from tidelake.config import CaptureConfig
+from tidelake.verify.source import verify_table
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ MariaDB (MariaDbConnector, JSON converter *with* schemas), each publishing throu
 come from ``lake.tables``. The stager runs as a child process, the ingest in this process
 with batches far smaller than the PostgreSQL snapshot. Debezium Server is stopped, the
 sources change while it is down, and it is started again. Then every table is compared with
-its source value by value by ``tidelake verify``'s comparison (``capture/verify.py``).
+its source value by value by ``tidelake verify``'s comparison (``verify/source.py``).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from tidelake.bus.dlq import HEADER_REASON
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.capture.verify import verify_table
 from tidelake.config import Config, load_config
 from tidelake.lake.ingest import Ingestor
 from tidelake.pipeline.debezium_server import DebeziumServer
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
-from tidelake.stage.storage import LocalStorage
+from tidelake.runtime.storage import LocalStorage
+from tidelake.verify.source import verify_table
 
 pytestmark = pytest.mark.timeout(480)
 

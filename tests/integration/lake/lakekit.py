@@ -20,9 +20,9 @@ from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.checkpoint import TableCheckpoint, read_checkpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor, IngestStats
-from tidelake.lake.verify import read_table
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
-from tidelake.stage.storage import LocalStorage
+from tidelake.verify.lake import read_table
 
 _batches = itertools.count(1)
 

@@ -26,7 +26,7 @@ from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
 from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.evolve import read_blocked
-from tidelake.lake.verify import read_table
+from tidelake.verify.lake import read_table
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -24,7 +24,7 @@ from stagekit import StageEnv, make_stage_env, run, stop_process
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import load_config
 from tidelake.lake.ingest import Ingestor
-from tidelake.lake.verify import read_table
+from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration
 

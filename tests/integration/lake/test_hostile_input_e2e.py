@@ -31,7 +31,7 @@ from tidelake.config import load_config
 from tidelake.lake.hudi import table_path
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.spark import quote_identifier
-from tidelake.lake.verify import read_table
+from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration
 

@@ -28,8 +28,8 @@ from tidelake.lake.checkpoint import read_checkpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.schema import TEXT_FORM, converter
-from tidelake.lake.verify import read_table
 from tidelake.stage.consumer import KEY_HEADER
+from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from tidelake.config import Config, load_config
 from tidelake.events import ChangeEvent
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.spark import apply_s3_credentials, register_lake_tables, s3a_conf
-from tidelake.lake.verify import read_table
 from tidelake.pipeline.object_store import MinioServer
+from tidelake.runtime.storage import S3Storage, open_storage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
-from tidelake.stage.storage import S3Storage, open_storage
+from tidelake.verify.lake import read_table
 
 _buckets = itertools.count(1)
 

@@ -22,7 +22,7 @@ from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer
 from tidelake.config import load_config
 from tidelake.lake.ingest import Ingestor
-from tidelake.lake.verify import read_table
+from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pydantic import SecretStr
 from tidelake.config import S3Config
 from tidelake.errors import StorageError
 from tidelake.pipeline.object_store import MinioServer
+from tidelake.runtime.storage import LocalStorage, S3Storage, Storage, open_storage
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest, write_manifest
-from tidelake.stage.storage import LocalStorage, S3Storage, Storage, open_storage
 
 pytestmark = pytest.mark.integration
 

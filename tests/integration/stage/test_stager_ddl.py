@@ -9,8 +9,8 @@ import orjson
 import pytest
 from stagekit import REPO, StageEnv, canal_json, run
 
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.consumer import Stager
-from tidelake.stage.storage import LocalStorage
 
 pytestmark = pytest.mark.integration
 

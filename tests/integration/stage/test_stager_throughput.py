@@ -7,8 +7,8 @@ import time
 import pytest
 from stagekit import StageEnv, canal_json, run
 
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.consumer import Stager, StagerStats
-from tidelake.stage.storage import LocalStorage
 
 pytestmark = pytest.mark.integration
 

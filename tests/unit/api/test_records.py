@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 
 from tidelake.api.records import Histogram, JsonlTail, LakeRecord, StageRecord
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, write_manifest
-from tidelake.stage.storage import LocalStorage
 
 
 def _line(**fields: object) -> bytes:

@@ -12,8 +12,8 @@ import orjson
 from tidelake.api.metrics import render
 from tidelake.api.monitor import Snapshot, pipeline_state, status_json, table_states
 from tidelake.api.records import LakeRecord, StageRecord
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, write_manifest
-from tidelake.stage.storage import LocalStorage
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 NOW = int(time.time() * 1000)

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from tidelake.events import ChangeEvent, Op, Position
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.batch import Batch, BatchLimits
 from tidelake.stage.manifest import list_manifests, read_manifest, table_file_path
-from tidelake.stage.storage import LocalStorage
 
 
 def _row(table: str, key: int, op: Op = Op.INSERT) -> ChangeEvent:

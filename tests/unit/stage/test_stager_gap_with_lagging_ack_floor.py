@@ -14,8 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from tidelake.config import load_config
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.consumer import Stager
-from tidelake.stage.storage import LocalStorage
 
 
 class FakeJs:

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from tidelake.config import load_config
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.batch import Batch
 from tidelake.stage.consumer import Stager
-from tidelake.stage.storage import LocalStorage
 
 
 class FakeMsg:

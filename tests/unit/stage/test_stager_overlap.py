@@ -19,9 +19,9 @@ import pytest
 from tidelake.config import load_config
 from tidelake.errors import StorageError
 from tidelake.events import ChangeEvent, Op, Position
+from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.batch import Batch
 from tidelake.stage.consumer import Stager
-from tidelake.stage.storage import LocalStorage
 
 
 class RecordingStorage(LocalStorage):

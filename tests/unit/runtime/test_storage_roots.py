@@ -8,7 +8,7 @@ import pytest
 
 from tidelake.config import load_config
 from tidelake.errors import ConfigError, StorageError
-from tidelake.stage.storage import LocalStorage, S3Storage, open_storage, split_s3_uri
+from tidelake.runtime.storage import LocalStorage, S3Storage, open_storage, split_s3_uri
 
 
 def test_s3_uris_split_into_bucket_and_prefix() -> None:

@@ -3,7 +3,7 @@
 import datetime as dt
 from decimal import Decimal
 
-from tidelake.lake.compare import canonical, compare_rows
+from tidelake.verify.compare import canonical, compare_rows
 
 
 def test_canonical_forms_match_canal_text() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tidelake.api.heartbeat import (
+from tidelake.runtime.heartbeat import (
     DOWN_AFTER_S,
     Heartbeat,
     heartbeat_age_s,

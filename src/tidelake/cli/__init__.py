@@ -12,6 +12,7 @@ import structlog
 import typer
 from rich.console import Console
 
+from tidelake.cli.output import print_json
 from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError
 
@@ -56,11 +57,6 @@ def _load(path: Path | None) -> Config:
         raise typer.Exit(2) from exc
     _configure_logging(cfg.log_level)
     return cfg
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data).decode() + "\n")
-    sys.stdout.flush()
 
 
 @config_app.command("check")
@@ -122,7 +118,7 @@ def demo(
         result = run_demo(options, out)
     render_summary(result, out)
     if json:
-        _print_json(result.to_json())
+        print_json(result.to_json())
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -169,7 +165,7 @@ def chaos(
     if result.error:
         out.print(f"[bold red]chaos run failed:[/] {result.error}")
     if json:
-        _print_json(result.to_json())
+        print_json(result.to_json())
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -326,14 +322,14 @@ def verify(
     """Compare live source tables with their Hudi tables: counts, row hashes, first differences."""
     from rich.table import Table
 
-    from tidelake.capture.verify import verify_table
+    from tidelake.verify.source import verify_table
 
     cfg = _load(config)
     password = cfg.capture.resolved_password()
     results = [verify_table(source, cfg.lake_root, t, password) for t in table]
     if json:
         for r in results:
-            _print_json(r.to_json())
+            print_json(r.to_json())
     else:
         out = Table(title="source vs lake, row by row", title_justify="left")
         for col in ("table", "source rows", "lake rows", "mismatches", "hashes"):
@@ -447,13 +443,13 @@ def bench(
     for error in result.errors:
         out.print(f"[yellow]not measured:[/] {error}")
     if json:
-        _print_json(result.to_json())
+        print_json(result.to_json())
     else:
         console.print_json(orjson.dumps(result.to_json()).decode())
 
 
 def _register_operator_verbs() -> None:
-    from tidelake.api.commands import register
+    from tidelake.cli.operate import register
 
     register(app)
 
@@ -464,6 +460,3 @@ _register_operator_verbs()
 def main() -> None:
     app()
 
-
-if __name__ == "__main__":
-    main()

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tidelake.api.monitor import STALE_AFTER_S
+from tidelake.cli.output import print_json
 from tidelake.config import Config
 
 T = TypeVar("T")
@@ -55,9 +56,7 @@ def _load(path: Path | None, log_level: int = logging.ERROR) -> Config:
 
 
 def _json(data: Any) -> None:
-    from tidelake.cli import _print_json
-
-    _print_json(data)
+    print_json(data)
 
 
 def _bus_call(cfg: Config, fn: Callable[[Any], Awaitable[T]]) -> T:

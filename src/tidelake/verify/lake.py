@@ -24,7 +24,7 @@ from hudi import HudiTableBuilder
 from tidelake.config import S3Config
 from tidelake.errors import IngestError
 from tidelake.lake.hudi import is_hudi_table, local_dir, split_table_id, table_path
-from tidelake.stage.storage import open_storage
+from tidelake.runtime.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 import pytest
 
-from tidelake.capture.verify import comparable, interval_text, parse_interval
+from tidelake.verify.source import comparable, interval_text, parse_interval
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import datetime as dt
 from decimal import Decimal
 
-from tidelake.capture.verify import comparable, compare_tables
+from tidelake.verify.source import comparable, compare_tables
 
 
 def test_comparable_agrees_between_source_and_lake_values() -> None:

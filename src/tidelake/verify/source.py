@@ -1,7 +1,7 @@
 """``tidelake verify``: a live source table against its Hudi table, row by row.
 
 Both sides are read completely: the source through its own driver (PyMySQL, psycopg2), the
-lake JVM-free through hudi-rs (``lake/verify.py``). Every value is brought to one comparable
+lake JVM-free through hudi-rs (``verify/lake.py``). Every value is brought to one comparable
 text by the column's source SQL type, independently of the capture's and the ingest's own
 conversions, so a bug in either shows up as a difference. The result holds the counts, an
 order-independent hash of each side (XOR of a 128-bit hash per row), and the first keys that
@@ -22,7 +22,7 @@ import orjson
 
 from tidelake.capture.dsn import SourceDsn, parse_dsn
 from tidelake.capture.mysql_values import _float32_text, render, snapshot_select
-from tidelake.lake.compare import MAX_SAMPLES, canonical
+from tidelake.verify.compare import MAX_SAMPLES, canonical
 
 _FLOAT32 = frozenset({"float", "real", "float4"})
 _FLOAT64 = frozenset({"double", "double precision", "float8"})
@@ -598,7 +598,7 @@ def verify_table(
 ) -> Verification:
     """Compare the live source table ``table_id`` (``db.table``; PostgreSQL: ``schema.table``)
     with its Hudi table under ``lake_root``. Never raises: errors land in ``error``."""
-    from tidelake.lake.verify import read_table
+    from tidelake.verify.lake import read_table
 
     result = Verification(table_id)
     try:

@@ -1,0 +1,1 @@
+"""Contracts every stage may import: heartbeats, the storage interface, child processes."""

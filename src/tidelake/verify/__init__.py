@@ -1,0 +1,1 @@
+"""Verification: a lake compared with its source or with the rows it must hold."""
