@@ -1,10 +1,51 @@
-"""The command line: verbs listed, config check exit codes."""
+"""The command line: every verb registered, verbs listed, config check exit codes."""
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import typer.main
+from typer.core import TyperGroup
+
+from tidelake.cli import app
+
+# Every command path of the ``tidelake`` command line. A verb removed, renamed or left
+# unregistered (``cli/operate.py`` adds the operator verbs) fails the test; a verb added
+# must be added here, on purpose.
+EXPECTED_COMMANDS = {
+    "tidelake bench",
+    "tidelake capture",
+    "tidelake chaos",
+    "tidelake config check",
+    "tidelake demo",
+    "tidelake dlq discard",
+    "tidelake dlq list",
+    "tidelake dlq replay",
+    "tidelake dlq show",
+    "tidelake ingest",
+    "tidelake query",
+    "tidelake replay",
+    "tidelake run",
+    "tidelake serve",
+    "tidelake stage",
+    "tidelake status",
+    "tidelake submit",
+    "tidelake table pause",
+    "tidelake table resume",
+    "tidelake table skip-ddl",
+    "tidelake verify",
+}
+
+
+def _command_paths(command: object, path: tuple[str, ...]) -> Iterator[str]:
+    """Every leaf command under ``command``, as the words a user types."""
+    if isinstance(command, TyperGroup):
+        for name, sub in command.commands.items():
+            yield from _command_paths(sub, (*path, name))
+    else:
+        yield " ".join(path)
 
 
 def _tidelake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -16,6 +57,12 @@ def _tidelake(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         check=False,
         env=env,
     )
+
+
+def test_every_verb_is_registered() -> None:
+    """The Typer app, walked through its groups, holds exactly the expected command paths."""
+    actual = set(_command_paths(typer.main.get_command(app), ("tidelake",)))
+    assert EXPECTED_COMMANDS == actual
 
 
 def test_help_lists_the_verbs() -> None:
