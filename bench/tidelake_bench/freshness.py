@@ -21,8 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
-from tidelake.bench.memory import PeakRss, process_tree
 from tidelake.pipeline.demo import DemoOptions, run_demo
+from tidelake_bench.memory import PeakRss, process_tree
 
 Log = Callable[[str], None]
 

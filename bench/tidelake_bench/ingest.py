@@ -2,7 +2,7 @@
 
 One Spark session (the ingest's own builder and settings), one base table of ``table_rows``
 orders built with ``bulk_insert`` and copied for each Hudi contender, and the same staged
-batches (:mod:`tidelake.bench.changes`) applied by:
+batches (:mod:`tidelake_bench.changes`) applied by:
 
 * **tidelake**: :meth:`Ingestor.step` on the staged manifests, the production path (read
   the staged files, filter, collapse, type the rows, upsert with the checkpoint);
@@ -14,7 +14,7 @@ batches (:mod:`tidelake.bench.changes`) applied by:
 * **parquet**: a plain Spark Parquet append of the same records (the floor);
 * **hudi_datasource@0.14** and **hoodiestreamer@0.14**: Hudi 0.14's datasource writer and
   HoodieStreamer on the same base rows and records, in a PySpark 3.4 of their own
-  (:mod:`tidelake.bench.hudi014_worker`): the HoodieStreamer that can run here, against the
+  (``bench/hudi014_worker.py``): the HoodieStreamer that can run here, against the
   writer of its own Hudi, for the bridged tidelake / HoodieStreamer estimate.
 
 Every Hudi contender takes the index tidelake's writer picks for the table's size.
@@ -43,8 +43,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidelake.bench import tools
-from tidelake.bench.changes import (
+from tidelake.config import Config, load_config
+from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
+from tidelake.lake.hudi import write_options as hudi_write_options
+from tidelake.lake.ingest import Ingestor, TableWriter, build_batch
+from tidelake.lake.schema import schema_for
+from tidelake.lake.spark import build_spark_session, session_conf
+from tidelake.runtime.storage import LocalStorage
+from tidelake_bench import tools
+from tidelake_bench.changes import (
     BASE_COMMIT_MS,
     BASE_TSO,
     COLUMNS,
@@ -53,15 +60,8 @@ from tidelake.bench.changes import (
     BenchBatch,
     ChangeStream,
 )
-from tidelake.bench.memory import PeakRss, process_tree
-from tidelake.bench.stats import per_second
-from tidelake.config import Config, load_config
-from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
-from tidelake.lake.hudi import write_options as hudi_write_options
-from tidelake.lake.ingest import Ingestor, TableWriter, build_batch
-from tidelake.lake.schema import schema_for
-from tidelake.lake.spark import build_spark_session, session_conf
-from tidelake.runtime.storage import LocalStorage
+from tidelake_bench.memory import PeakRss, children, command_name, process_tree
+from tidelake_bench.stats import per_second
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -243,9 +243,10 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _jvm_pid(spark: SparkSession) -> int:
-    jvm: Any = spark.sparkContext._jvm
-    return int(jvm.java.lang.ProcessHandle.current().pid())
+def _java_children() -> list[int]:
+    """This process's ``java`` children: right after the session is built, the Spark JVM
+    that PySpark's gateway started (``spark-submit`` execs into it)."""
+    return [pid for pid in children(os.getpid()) if command_name(pid) == "java"]
 
 
 def _count(spark: SparkSession, path: str) -> int:
@@ -258,7 +259,8 @@ def run_ingest_bench(home: Path, plan: IngestPlan, log: Log) -> IngestResult:
     small = bench_config(home / "small", plan)
     storage = LocalStorage(small.stage_root)
     spark = build_spark_session(small, app_name="tidelake-bench")
-    sampler = PeakRss(lambda: [_jvm_pid(spark)]).start()
+    jvm = _java_children()
+    sampler = PeakRss(lambda: jvm).start()
     try:
         _run(spark, home, plan, small, storage, result, log)
     finally:
@@ -578,7 +580,7 @@ def run_hoodiestreamer(
 
 # --- Hudi 0.14: HoodieStreamer beside the datasource writer of the same Hudi ---------------
 
-#: Contender names of the Hudi 0.14 pair (:mod:`tidelake.bench.hudi014_worker`).
+#: Contender names of the Hudi 0.14 pair (``bench/hudi014_worker.py``).
 HUDI014_DATASOURCE = "hudi_datasource@0.14"
 HUDI014_STREAMER = "hoodiestreamer@0.14"
 #: Settings Hudi 0.14 does not have; event-time ordering is its DefaultHoodieRecordPayload.
@@ -646,7 +648,7 @@ def run_hudi014(
     log: Log,
     record_index: bool = True,
 ) -> tuple[dict[str, Contender], dict[str, tuple[int, int]], dict[str, Any]]:
-    """Run :mod:`tidelake.bench.hudi014_worker` in the PySpark 3.4 virtualenv: the Hudi 0.14
+    """Run ``bench/hudi014_worker.py`` in the PySpark 3.4 virtualenv: the Hudi 0.14
     pair as contenders, their (expected, found) rows, and the worker's other numbers."""
     contenders = {n: Contender(n) for n in (HUDI014_DATASOURCE, HUDI014_STREAMER)}
     found = tools.hudi014()
@@ -666,7 +668,7 @@ def run_hudi014(
         for k, v in os.environ.items()
         if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
     }
-    worker = Path(__file__).with_name("hudi014_worker.py")
+    worker = tools.BENCH_DIR / "hudi014_worker.py"
     code, peak_mib, tail = _run_logged(
         [str(python), str(worker), str(work / "job.json")], home / "logs" / "hudi-0.14.log", env
     )

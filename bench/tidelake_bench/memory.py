@@ -39,6 +39,14 @@ def children(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return out
 
 
+def command_name(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """The executable name of ``pid`` (``/proc/<pid>/comm``); None once it is gone."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def process_tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
     """``pid`` and all its descendants."""
     seen: list[int] = []

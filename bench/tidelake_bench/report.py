@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidelake.bench.stats import ratio
+from tidelake_bench.stats import ratio
 
 #: Top-level keys every result carries (null when not measured).
 HEADLINE = (

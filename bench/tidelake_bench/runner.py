@@ -17,16 +17,16 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from tidelake.bench import machine, tools
-from tidelake.bench.freshness import run_freshness_bench
-from tidelake.bench.ingest import (
+from tidelake_bench import machine, tools
+from tidelake_bench.freshness import run_freshness_bench
+from tidelake_bench.ingest import (
     HUDI014_DATASOURCE,
     HUDI014_STREAMER,
     IngestPlan,
     run_ingest_bench,
 )
-from tidelake.bench.report import BenchResult, derive
-from tidelake.bench.stage import run_stage_bench
+from tidelake_bench.report import BenchResult, derive
+from tidelake_bench.stage import run_stage_bench
 
 PARTS = ("stage", "ingest", "freshness")
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.

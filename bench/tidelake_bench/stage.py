@@ -6,7 +6,7 @@ stream, every message is read and acknowledged by:
 
 * ``nats bench js fetch`` (the Go NATS CLI): fetch in batches, explicit acks, nothing else
   (the transport ceiling), once before and once after the stager; their mean is reported;
-* the stager (:mod:`tidelake.bench.stage_worker`, the production loop in its own process):
+* the stager (:mod:`tidelake_bench.stage_worker`, the production loop in its own process):
   fetch, decode, batch, write files and manifests, ack.
 
 Besides the wall-clock rates the stager's CPU seconds are recorded: events per CPU second is
@@ -30,14 +30,15 @@ from typing import Any
 import orjson
 import yaml
 
-from tidelake.bench.memory import mib
-from tidelake.bench.stats import per_second
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import consumer_config, ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.publisher import Publisher
 from tidelake.config import Config, load_config
 from tidelake.workload.orders import OrderWorkload, WorkloadSpec
+from tidelake_bench import tools
+from tidelake_bench.memory import mib
+from tidelake_bench.stats import per_second
 
 Log = Callable[[str], None]
 NATS_BENCH_BATCH = 2_000
@@ -193,11 +194,12 @@ def _run_stager(config_path: Path, home: Path, result: StageResult) -> None:
     log_path = home / "stager.log"
     with log_path.open("wb") as err:
         proc = subprocess.run(
-            [sys.executable, "-m", "tidelake.bench.stage_worker", str(config_path)],
+            [sys.executable, "-m", "tidelake_bench.stage_worker", str(config_path)],
             stdout=subprocess.PIPE,
             stderr=err,
             timeout=1800,
             check=False,
+            env=tools.subprocess_env(),
         )
     lines = proc.stdout.decode().strip().splitlines()
     if proc.returncode != 0 or not lines:

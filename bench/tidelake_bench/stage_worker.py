@@ -1,5 +1,5 @@
 """The stager under benchmark, in a process of its own: ``python -m
-tidelake.bench.stage_worker CONFIG`` stages everything pending (``Stager.run(once=True)``,
+tidelake_bench.stage_worker CONFIG`` stages everything pending (``Stager.run(once=True)``,
 the production loop) and prints one JSON line: messages, wall and CPU seconds from the start
 of the loop to the last batch's acks, and the process's peak resident memory (``VmHWM``).
 
@@ -17,23 +17,23 @@ from typing import Any
 import orjson
 from nats.aio.msg import Msg
 
-from tidelake.bench.memory import status_kib
 from tidelake.config import load_config
 from tidelake.runtime.storage import open_storage
 from tidelake.stage.batch import Batch
-from tidelake.stage.consumer import Stager
+from tidelake.stage.consumer import Stager, StagerStats
 from tidelake.stage.manifest import Manifest
+from tidelake_bench.memory import status_kib
 
 
-class TimedStager(Stager):
-    """A :class:`Stager` that notes when its last batch was acknowledged."""
+class TimedStats(StagerStats):
+    """The stager's counters, noting when the last batch was counted: the stager counts a
+    batch once its manifest is durable and its messages are acknowledged."""
 
     last_acked_at: float = 0.0
 
-    async def _finish(self, batch: Batch[Msg]) -> Manifest:
-        manifest = await super()._finish(batch)
+    def add_batch(self, batch: Batch[Msg], manifest: Manifest) -> None:
+        super().add_batch(batch, manifest)
         self.last_acked_at = time.perf_counter()
-        return manifest
 
 
 def _cpu_s() -> float:
@@ -53,7 +53,8 @@ async def stage_all(config_path: str) -> dict[str, Any]:
         js = nc.jetstream()
         await ensure_streams(js, cfg.bus)
         await ensure_consumer(js, cfg.bus)
-        stager = TimedStager(nc, cfg.bus, cfg.stage, open_storage(cfg.stage_root))
+        stager = Stager(nc, cfg.bus, cfg.stage, open_storage(cfg.stage_root))
+        timed = stager.stats = TimedStats()
         cpu0 = _cpu_s()
         started = time.perf_counter()
         stats = await stager.run(once=True)
@@ -66,7 +67,7 @@ async def stage_all(config_path: str) -> dict[str, Any]:
         "staged": stats.staged,
         "dead_lettered": stats.dead_lettered,
         "batches": stats.batches,
-        "seconds": round(stager.last_acked_at - started, 4),
+        "seconds": round(timed.last_acked_at - started, 4),
         "cpu_s": round(cpu, 3),
         "peak_rss_kib": status_kib_self(),
         "num_pending": info.num_pending,
@@ -82,7 +83,7 @@ def status_kib_self() -> int | None:
 
 def main() -> None:
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m tidelake.bench.stage_worker CONFIG")
+        raise SystemExit("usage: python -m tidelake_bench.stage_worker CONFIG")
     result = asyncio.run(stage_all(sys.argv[1]))
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 

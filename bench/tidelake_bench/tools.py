@@ -18,28 +18,29 @@ BENCH_JARS_ENV = "TIDELAKE_BENCH_JARS"
 UTILITIES_JAR = "hudi-utilities-slim-bundle_2.12-1.1.1.jar"
 
 
-def repo_root() -> Path | None:
-    """The checkout this package runs from (an editable install), holding ``bench/setup``."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "bench" / "setup").is_file() and (parent / "pyproject.toml").is_file():
-            return parent
-    return None
+#: The bench lives in the source checkout, never in the wheel: ``bench/tidelake_bench/``.
+BENCH_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = BENCH_DIR.parent
+
+
+def subprocess_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with ``bench/`` first on ``PYTHONPATH``, so that a
+    child ``python -m tidelake_bench.…`` imports this package as the parent does."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), out.get("PYTHONPATH")]))
+    return out
 
 
 def run_setup() -> bool:
-    """Run ``bench/setup`` (idempotent) when this is a checkout; False when there is none."""
-    root = repo_root()
-    if root is None:
-        return False
-    subprocess.run([str(root / "bench" / "setup")], check=False, stdout=subprocess.DEVNULL)
+    """Run ``bench/setup`` (idempotent); True once it ran."""
+    subprocess.run([str(BENCH_DIR / "setup")], check=False, stdout=subprocess.DEVNULL)
     return True
 
 
 def go_bin() -> Path:
     if os.environ.get(GO_BIN_ENV):
         return Path(os.environ[GO_BIN_ENV])
-    root = repo_root()
-    return (root or Path.cwd()) / ".cache" / "bin"
+    return REPO_ROOT / ".cache" / "bin"
 
 
 def nats_cli() -> str | None:
@@ -53,8 +54,7 @@ def nats_cli() -> str | None:
 def bench_jar_dir() -> Path:
     if os.environ.get(BENCH_JARS_ENV):
         return Path(os.environ[BENCH_JARS_ENV])
-    root = repo_root()
-    return (root or Path.cwd()) / ".cache" / "bench-jars"
+    return REPO_ROOT / ".cache" / "bench-jars"
 
 
 def utilities_jar() -> Path | None:
@@ -75,8 +75,7 @@ PYSPARK34_ENV = "TIDELAKE_BENCH_PYSPARK34"
 def pyspark34_python() -> Path:
     if os.environ.get(PYSPARK34_ENV):
         return Path(os.environ[PYSPARK34_ENV]) / "bin" / "python"
-    root = repo_root()
-    return (root or Path.cwd()) / ".cache" / "bench-pyspark3.4" / "bin" / "python"
+    return REPO_ROOT / ".cache" / "bench-pyspark3.4" / "bin" / "python"
 
 
 def hudi014() -> tuple[Path, list[Path]] | str:

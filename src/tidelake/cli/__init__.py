@@ -421,9 +421,30 @@ def bench(
     ] = None,
 ) -> None:
     """Measure stager, ingest and freshness side by side with nats bench, HoodieStreamer,
-    Hudi and Parquet on this machine (docs/benchmarks.md)."""
-    from tidelake.bench.report import append_run
-    from tidelake.bench.runner import PARTS, BenchOptions, parse_variant, run_bench
+    Hudi and Parquet on this machine (docs/benchmarks.md). Runs from a source checkout."""
+    # The benchmarks are not in the wheel: they live in the checkout's bench/ (its
+    # tidelake_bench package), found beside this package when installed from the checkout
+    # (src/tidelake/cli/ → the checkout), else in the working directory or one above it.
+    cwd = Path.cwd().resolve()
+    checkout = next(
+        (
+            root
+            for root in (Path(__file__).resolve().parents[3], cwd, *cwd.parents)
+            if (root / "bench" / "tidelake_bench" / "__init__.py").is_file()
+        ),
+        None,
+    )
+    if checkout is None:
+        err_console.print(
+            "[bold red]tidelake bench runs from a source checkout[/]: the benchmarks "
+            "(bench/tidelake_bench) are not part of the installed package; run it inside a "
+            "clone of the repository (`make bench`)"
+        )
+        raise typer.Exit(2)
+    if str(checkout / "bench") not in sys.path:
+        sys.path.insert(0, str(checkout / "bench"))
+    from tidelake_bench.report import append_run
+    from tidelake_bench.runner import PARTS, BenchOptions, parse_variant, run_bench
 
     parts = tuple(part or PARTS)
     if unknown := sorted(set(parts) - set(PARTS)):

@@ -5,8 +5,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tidelake.bench.report import HEADLINE, RUNS_HEADING, BenchResult, append_run, derive
-from tidelake.bench.runner import parse_variant
+from tidelake_bench.report import HEADLINE, RUNS_HEADING, BenchResult, append_run, derive
+from tidelake_bench.runner import parse_variant
 
 
 def _result(**numbers: object) -> BenchResult:

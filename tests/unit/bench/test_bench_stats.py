@@ -2,7 +2,7 @@
 
 import pytest
 
-from tidelake.bench.stats import per_second, percentile, ratio
+from tidelake_bench.stats import per_second, percentile, ratio
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tidelake.bench.hudi014_worker import commit_seconds
-from tidelake.bench.ingest import (
+from hudi014_worker import commit_seconds
+from tidelake.lake.hudi import write_options as hudi_write_options
+from tidelake_bench.ingest import (
     IngestPlan,
     bench_config,
     hudi014_job,
@@ -16,8 +17,7 @@ from tidelake.bench.ingest import (
     streamer_props,
     streamer_source,
 )
-from tidelake.bench.tools import hudi014
-from tidelake.lake.hudi import write_options as hudi_write_options
+from tidelake_bench.tools import hudi014
 
 
 def test_streamer_gets_tidelakes_table_config_and_one_file_per_round(tmp_path: Path) -> None:

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from tidelake.bench.ingest import completed_instants, instant_seconds
-from tidelake.bench.machine import cpu_model, memory_gib
-from tidelake.bench.memory import process_tree, status_kib
-from tidelake.bench.stage import parse_nats_bench
+from tidelake_bench.ingest import completed_instants, instant_seconds
+from tidelake_bench.machine import cpu_model, memory_gib
+from tidelake_bench.memory import process_tree, status_kib
+from tidelake_bench.stage import parse_nats_bench
 
 
 def test_cpu_model_and_memory_come_from_proc_text() -> None:

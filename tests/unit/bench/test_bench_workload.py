@@ -3,10 +3,10 @@ stages them."""
 
 from pathlib import Path
 
-from tidelake.bench.changes import FIRST_NEW_ID, ChangeStream
 from tidelake.events import Op
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import list_manifests, read_manifest
+from tidelake_bench.changes import FIRST_NEW_ID, ChangeStream
 
 
 def test_a_batch_is_70_20_10_with_every_key_once(tmp_path: Path) -> None:
