@@ -12,8 +12,12 @@ atomically (a temporary file renamed over the old one, or one PUT):
 
 A record::
 
-    {"stage": "ingest", "state": "idle", "pid": 4242, "host": "lake-1",
+    {"v": 1, "stage": "ingest", "state": "idle", "pid": 4242, "host": "lake-1",
      "updated_at_ms": 1714929186000, ...fields of the stage (cursor, paused, counters)}
+
+``v`` is the record's format version (:data:`HEARTBEAT_VERSION`; a record without it was
+written before versions, and has the same keys). Readers take the keys they know and ignore
+the others: a stage adds its own fields freely.
 
 ``state`` is what the stage says (``running``, ``idle``, ``stopped``…); ``stopped`` is
 written on a clean exit. A process killed with ``kill -9`` leaves its last state with an
@@ -41,6 +45,8 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+#: The format version of a heartbeat record.
+HEARTBEAT_VERSION = 1
 #: Seconds between two writes of the stager's heartbeat thread.
 INTERVAL_S = 2.0
 #: A heartbeat older than this (and not ``stopped``) means the process is gone.
@@ -60,6 +66,7 @@ def heartbeat_name(stage: str) -> str:
 def heartbeat_record(stage: str, state: str, **fields: Any) -> dict[str, Any]:
     """The record a stage writes: who, where, when, what it says."""
     return {
+        "v": HEARTBEAT_VERSION,
         "stage": stage,
         "state": state,
         "pid": os.getpid(),
