@@ -109,6 +109,29 @@ class BusConfig(_Model):
     connect_timeout_s: float = Field(5, gt=0, description="connect timeout per attempt")
 
 
+class RetentionConfig(_Model):
+    """What happens to a staged batch once every table has passed it (lake/retention.py)."""
+
+    mode: Literal["delete", "archive"] = Field(
+        "delete", description="delete passed batches, or move them under archive_prefix"
+    )
+    archive_prefix: str = Field(
+        "archive", description="archive mode: where passed batches go, under the staging root"
+    )
+    interval_s: float = Field(
+        10.0, ge=0, description="retire passed batches at most this often (0: every round)"
+    )
+
+    @model_validator(mode="after")
+    def _archive_prefix(self) -> RetentionConfig:
+        parts = self.archive_prefix.strip("/").split("/")
+        if not self.archive_prefix.strip("/") or parts[0] in ("manifests", "batches", "retired"):
+            raise ValueError(
+                f"archive_prefix {self.archive_prefix!r} must name a folder of its own"
+            )
+        return self
+
+
 class StageConfig(_Model):
     """The stager: how batches are cut and where they are written."""
 
@@ -129,6 +152,7 @@ class StageConfig(_Model):
     pii_key: SecretStr | None = Field(
         None, description="env TIDELAKE_STAGE__PII_KEY: the HMAC key of stage.pii 'hash'"
     )
+    retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")
     def _pii_rules(self) -> StageConfig:

@@ -9,6 +9,7 @@ is stored), so a reader never sees a partial object.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -32,8 +33,10 @@ class Storage(Protocol):
     def get(self, path: str) -> bytes:
         """Read a whole object."""
 
-    def list(self, prefix: str) -> list[str]:
-        """Relative paths of the objects under ``prefix``, sorted."""
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        """Relative paths of the objects under ``prefix``, sorted; only those sorting after
+        ``start_after`` (a relative path) when it is given: S3's ``StartAfter``, so listing
+        the new tail of a prefix costs what is new, not the whole prefix."""
 
     def exists(self, path: str) -> bool: ...
 
@@ -85,14 +88,16 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot read {self._abs(path)}: {exc}") from exc
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
         base = self._abs(prefix)
         if not base.exists():
             return []
         out = [
-            p.relative_to(self.root).as_posix()
+            rel
             for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
+            if p.is_file()
+            and not p.name.startswith(".")
+            and (rel := p.relative_to(self.root).as_posix()) > start_after
         ]
         return sorted(out)
 
@@ -100,7 +105,15 @@ class LocalStorage:
         return self._abs(path).exists()
 
     def delete(self, path: str) -> None:
-        self._abs(path).unlink(missing_ok=True)
+        target = self._abs(path)
+        target.unlink(missing_ok=True)
+        # A folder of a folder (``batches/<batch_id>/``) goes with its last file, or retired
+        # batches would leave empty folders behind forever; a top-level folder stays, since a
+        # writer may be creating a file in it right now.
+        parent = target.parent
+        if parent != self.root and parent.parent != self.root:
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                parent.rmdir()
 
     def uri(self, path: str) -> str:
         return self._abs(path).as_uri()
@@ -204,15 +217,16 @@ class S3Storage:
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("read", path, exc) from exc
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         base = self._key(prefix)
         root = f"{self.prefix}/" if self.prefix else ""
         out = []
+        extra = {"StartAfter": self._key(start_after)} if start_after else {}
         try:
             pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=f"{base}/" if base else ""
+                Bucket=self.bucket, Prefix=f"{base}/" if base else "", **extra
             )
             for page in pages:
                 for obj in page.get("Contents", ()):

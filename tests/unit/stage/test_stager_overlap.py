@@ -22,6 +22,7 @@ from tidelake.events import ChangeEvent, Op, Position
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.batch import Batch
 from tidelake.stage.consumer import Stager
+from tidelake.stage.manifest import manifest_range
 
 
 class RecordingStorage(LocalStorage):
@@ -40,7 +41,9 @@ class RecordingStorage(LocalStorage):
             raise StorageError(f"cannot write {path}: disk full")
         super().put(path, data)
         if path.startswith("manifests/"):
-            self.log.append(("manifest", int(path.split("/")[1].split("-")[0])))
+            seq_range = manifest_range(path)
+            assert seq_range is not None
+            self.log.append(("manifest", seq_range[0]))
 
 
 class FakeMsg:
