@@ -10,8 +10,10 @@ when they give up: the caller sees the library's own exception, never a ``RetryE
 
 They stop after ``attempts`` attempts, or once ``deadline_s`` seconds have passed since the
 first attempt (checked after a failure, like a give-up timer), or when ``stop_event`` is set
-(its ``wait`` is then the sleep, so a stop request cuts a back-off short); with none of the
-three they retry for as long as the error is retryable. Use them as::
+(its ``wait`` is then the sleep, so a stop request cuts a back-off short; a loop that must
+end quietly on a stop checks the event before each attempt, and treats an error re-raised
+while the event is set as the end); with none of the three they retry for as long as the
+error is retryable. Use them as::
 
     for attempt in retrying("read manifest", attempts=3):
         with attempt:
@@ -23,7 +25,9 @@ three they retry for as long as the error is retryable. Use them as::
 
 or call ``retrying(...)(fn, *args)``. ``on_retry(error, attempt, wait_s)`` runs before each
 wait (the ingest reports ``retrying`` in its heartbeat from it). Tests make waits instant
-with ``retrying(...).copy(wait=tenacity.wait_none())``.
+with ``retrying(...).copy(wait=tenacity.wait_none())``. A loop that restarts something that
+is not a call (a supervisor restarting a child process) counts its attempts and takes each
+pause from :func:`backoff_s`, the same back-off.
 
 Who retries what (unknown errors are retried only where the loop must stay up):
 
@@ -31,8 +35,9 @@ Who retries what (unknown errors are retried only where the loop must stay up):
   and the batch is redelivered later.
 - ``capture/publisher.py`` recovery: each in-flight message until ``give_up_s``, transient
   and unknown (a stalled client, a closed connection); a terminal refusal ends it at once.
-- ``lake/ingest.py`` round loop and ``pipeline/run.py`` child restarts: forever, transient
-  and unknown, until stopped; a terminal error ends the run.
+- ``lake/ingest.py`` round loop: forever, transient and unknown (a JVM error nobody
+  classified), until stopped; a terminal error (a malformed manifest) ends the run.
+- ``pipeline/run.py`` child restarts: forever, with :func:`backoff_s` pauses, until stopped.
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ def _should_retry(retry_unknown: bool) -> Callable[[BaseException], bool]:
     return decide
 
 
+def _wait(first_wait_s: float, max_wait_s: float) -> wait_base:
+    """Exponential back-off from ``first_wait_s``, doubling, capped at ``max_wait_s``, plus
+    up to ``first_wait_s`` of jitter (within the cap)."""
+    return tenacity.wait_exponential_jitter(
+        multiplier=first_wait_s, max=max_wait_s, exp_base=2, jitter=first_wait_s
+    )
+
+
 def _options(
     what: str,
     *,
@@ -113,14 +126,25 @@ def _options(
 
     return _Options(
         stop=stop,
-        wait=tenacity.wait_exponential_jitter(
-            multiplier=first_wait_s, max=max_wait_s, exp_base=2, jitter=first_wait_s
-        ),
+        wait=_wait(first_wait_s, max_wait_s),
         retry=tenacity.retry_if_exception(_should_retry(retry_unknown)),
         before_sleep=before_sleep,
         reraise=True,
         name=what,
     )
+
+
+def backoff_s(attempt: int, *, first_wait_s: float = 1.0, max_wait_s: float = 30.0) -> float:
+    """The wait after failed ``attempt`` (1-based) with the same back-off as the retriers.
+
+    For a loop that restarts something that is not a call (a supervisor restarting a child
+    process that exited): it counts the attempts, this computes the pause.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be at least 1, not {attempt}")
+    state = tenacity.RetryCallState(retry_object=tenacity.Retrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt
+    return float(_wait(first_wait_s, max_wait_s)(state))
 
 
 def retrying(

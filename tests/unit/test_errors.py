@@ -39,7 +39,7 @@ from tidelake.errors import (
     register_classifier,
     unregister_classifier,
 )
-from tidelake.retry import async_retrying, retrying
+from tidelake.retry import async_retrying, backoff_s, retrying
 
 
 def client_error(code: str, status: int = 400) -> botocore.exceptions.ClientError:
@@ -336,3 +336,16 @@ def test_async_retrying_retries_transient_and_reraises_terminal() -> None:
     with pytest.raises(nats.js.errors.BadRequestError):
         asyncio.run(body())
     assert ["call", "call"] == calls
+
+
+def test_backoff_s_doubles_with_jitter_up_to_the_cap() -> None:
+    """backoff_s gives a supervisor the retriers' pauses: first_wait_s doubling plus up to
+    first_wait_s of jitter, never above max_wait_s."""
+    waits = [backoff_s(n, first_wait_s=1.0, max_wait_s=10.0) for n in range(1, 7)]
+    expected_floors = [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert [True] * 6 == [
+        floor <= w <= min(floor + 1.0, 10.0)
+        for floor, w in zip(expected_floors, waits, strict=True)
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        backoff_s(0)
