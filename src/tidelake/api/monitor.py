@@ -243,7 +243,7 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
                 "last_commit_duration_ms": t.last_duration_ms,
                 "paused": paused,
                 "control": request.to_dict() if request else None,
-                "recent_commits": list(t.recent)[-5:][::-1],
+                "recent_commits": [c.model_dump(mode="json") for c in list(t.recent)[-5:][::-1]],
             }
         )
     return out
@@ -312,7 +312,7 @@ def status_json(snap: Snapshot) -> dict[str, Any]:
             "by_reason": dict(totals.by_reason),
         },
         "tables": tables,
-        "recent_commits": list(snap.lake.recent)[-20:][::-1],
+        "recent_commits": [c.model_dump(mode="json") for c in list(snap.lake.recent)[-20:][::-1]],
         "errors": errors_of(snap),
     }
 

@@ -2,9 +2,10 @@
 
 * the staging root's manifests (one per batch: received / staged / dead-lettered / skipped,
   events per table): :class:`StageRecord`;
-* the lake's ``_tidelake/commits.jsonl`` (one line per Hudi commit: upserts, deletes,
-  duration, commit time, newest source commit time), ``skipped.jsonl`` (duplicates and stale
-  events), ``paused.json``, ``control.json`` and the ingest heartbeat: :class:`LakeRecord`.
+* the ingest's state (``lake/ledger.py``): the commit log (one :class:`CommitRecord` per
+  Hudi commit: upserts, deletes, duration, commit time, newest source commit time), the skip
+  log (duplicates and stale events), the paused tables, the operator's requests and the
+  ingest heartbeat: :class:`LakeRecord`.
 
 Both remember what they have read (file offsets, manifest names), so a refresh costs what was
 appended since the last one, and both are correct after any crash of any stage: they hold
@@ -19,17 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 
-from tidelake.api.control import TableRequest, read_paused, read_requests
 from tidelake.errors import TidelakeError
-from tidelake.runtime.heartbeat import (
-    HEARTBEAT_DIR,
-    heartbeat_name,
-    parse_heartbeat,
-    read_heartbeat,
-)
+from tidelake.lake.ledger import CommitRecord, Ledger, TableRequest
+from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.storage import Storage
 from tidelake.stage.manifest import MANIFEST_DIR, Manifest, read_manifest
 
@@ -64,53 +59,6 @@ class Histogram:
             running += n
             out.append((repr(bound), float(running)))
         out.append(("+Inf", float(self.count)))
-        return out
-
-
-class JsonlTail:
-    """The complete lines appended to a JSON Lines file since the last call.
-
-    A line without its newline yet (a writer mid-append) is left for the next call. A file
-    that shrank or was replaced is read again from the start (``reset`` is then True).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self._inode: int | None = None
-        self.reset = False
-
-    def read_new(self) -> list[dict[str, Any]]:
-        self.reset = False
-        try:
-            st = self.path.stat()
-        except OSError:
-            if self.offset:
-                self.offset, self._inode, self.reset = 0, None, True
-            return []
-        if st.st_ino != self._inode or st.st_size < self.offset:
-            self.reset = self._inode is not None
-            self.offset, self._inode = 0, st.st_ino
-        if st.st_size == self.offset:
-            return []
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read(st.st_size - self.offset)
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        out: list[dict[str, Any]] = []
-        for line in data[:end].split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("unreadable line skipped", path=str(self.path), line=line[:200])
-                continue
-            if isinstance(record, dict):
-                out.append(record)
         return out
 
 
@@ -180,7 +128,7 @@ class StageRecord:
 
 @dataclass
 class TableTotals:
-    """One table's commits, as ``commits.jsonl`` and ``skipped.jsonl`` tell them."""
+    """One table's commits, as the commit and skip logs tell them."""
 
     table: str
     commits: int = 0
@@ -199,42 +147,38 @@ class TableTotals:
     lag_s: float | None = None
     last_duration_ms: int | None = None
     commit_duration: Histogram = field(default_factory=Histogram)
-    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_COMMITS))
+    recent: deque[CommitRecord] = field(default_factory=lambda: deque(maxlen=RECENT_COMMITS))
 
-    def add_commit(self, c: dict[str, Any]) -> None:
+    def add_commit(self, c: CommitRecord) -> None:
         self.commits += 1
-        self.events += int(c.get("events") or 0)
-        self.upserts += int(c.get("upserts") or 0)
-        self.deletes += int(c.get("deletes") or 0)
-        self.ddl += int(c.get("ddl") or 0)
-        self.checkpoint_seq = max(self.checkpoint_seq, int(c.get("seq") or 0))
-        self.schema_version = max(self.schema_version, int(c.get("schema_version") or 0))
-        committed = c.get("committed_at_ms")
-        if committed is not None:
-            self.last_commit_ms = max(self.last_commit_ms or 0, int(committed))
-        newest = c.get("max_commit_ts_ms")
-        if newest is not None:
-            self.max_commit_ts_ms = max(self.max_commit_ts_ms or 0, int(newest))
-            if committed is not None:
-                self.lag_s = max(0.0, (int(committed) - int(newest)) / 1000)
-        duration = c.get("duration_ms")
-        if duration is not None:
-            self.last_duration_ms = int(duration)
-            self.commit_duration.observe(int(duration) / 1000)
+        self.events += c.events
+        self.upserts += c.upserts
+        self.deletes += c.deletes
+        self.ddl += c.ddl
+        self.checkpoint_seq = max(self.checkpoint_seq, c.seq)
+        self.schema_version = max(self.schema_version, c.schema_version)
+        self.last_commit_ms = max(self.last_commit_ms or 0, c.committed_at_ms)
+        if c.max_commit_ts_ms is not None:
+            self.max_commit_ts_ms = max(self.max_commit_ts_ms or 0, c.max_commit_ts_ms)
+            self.lag_s = max(0.0, (c.committed_at_ms - c.max_commit_ts_ms) / 1000)
+        if c.duration_ms is not None:
+            self.last_duration_ms = c.duration_ms
+            self.commit_duration.observe(c.duration_ms / 1000)
         self.recent.append(c)
 
 
 class LakeRecord:
-    """The ingest's files under ``<lake_root>/_tidelake/``."""
+    """The ingest's state directory (``Config.lake_state_dir``), read through its ledger."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self.ledger = Ledger(state_dir)
         self.tables: dict[str, TableTotals] = {}
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_COMMITS * 2)
+        self.recent: deque[CommitRecord] = deque(maxlen=RECENT_COMMITS * 2)
         self.paused: dict[str, str] = {}
         self.requests: dict[str, TableRequest] = {}
-        self._commits = JsonlTail(state_dir / "commits.jsonl")
-        self._skipped = JsonlTail(state_dir / "skipped.jsonl")
+        self._commits = self.ledger.commit_tail()
+        self._skipped = self.ledger.skipped_tail()
 
     def table(self, table_id: str) -> TableTotals:
         if table_id not in self.tables:
@@ -246,20 +190,18 @@ class LakeRecord:
         if self._commits.reset:  # rewritten from scratch: start over
             self.tables.clear()
             self.recent.clear()
-            self._skipped = JsonlTail(self.state_dir / "skipped.jsonl")
+            self._skipped = self.ledger.skipped_tail()
         for c in commits:
-            if "table" in c:
-                self.table(str(c["table"])).add_commit(c)
-                self.recent.append(c)
+            self.table(c.table).add_commit(c)
+            self.recent.append(c)
         for s in self._skipped.read_new():
-            if "table" in s:
-                t = self.table(str(s["table"]))
-                t.skipped_duplicates += int(s.get("duplicates") or 0)
-                t.skipped_stale += int(s.get("stale") or 0)
-        self.paused = read_paused(self.state_dir)
-        self.requests = read_requests(self.state_dir)
+            t = self.table(s.table)
+            t.skipped_duplicates += s.duplicates
+            t.skipped_stale += s.stale
+        self.paused = self.ledger.paused()
+        self.requests = self.ledger.requests()
         for name in (*self.paused, *self.requests):
             self.table(name)
 
     def heartbeat(self) -> dict[str, Any] | None:
-        return read_heartbeat(self.state_dir, "ingest")
+        return self.ledger.heartbeat()

@@ -31,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from tidelake import __version__
-from tidelake.api import control, metrics
+from tidelake.api import metrics
 from tidelake.api.jetstream import is_bus_error
 from tidelake.api.monitor import STALE_AFTER_S, Monitor, status_json, table_states
 from tidelake.config import Config
@@ -141,9 +141,9 @@ def create_app(
 
     @app.post("/api/tables/{table}/pause", tags=["tables"], dependencies=auth)
     async def pause(table: str, body: PauseRequest | None = None) -> dict[str, Any]:
-        """Ask the ingest to pause ``table`` from its next round (control.json)."""
+        """Ask the ingest to pause ``table`` from its next round (``lake/control.py``)."""
         try:
-            req = control.request(mon.lake.state_dir, table, "pause", body.reason if body else "")
+            req = mon.lake.ledger.request(table, "pause", body.reason if body else "")
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
         return {"table": table, **req.to_dict()}
@@ -152,7 +152,7 @@ def create_app(
     async def resume(table: str) -> dict[str, Any]:
         """Ask the ingest to resume ``table`` (paused by an operator or by a failure)."""
         try:
-            req = control.request(mon.lake.state_dir, table, "resume")
+            req = mon.lake.ledger.request(table, "resume")
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
         return {"table": table, **req.to_dict()}

@@ -1,8 +1,9 @@
 """The operator verbs of the CLI: ``serve``, ``status``, ``dlq …``, ``replay``, ``table …``.
 
 Each verb calls the same code as the HTTP API (:mod:`tidelake.api.monitor`,
-:mod:`tidelake.api.jetstream`, :mod:`tidelake.api.control`), directly: no server needs to
-run for the CLI to work. ``tidelake.cli`` registers them.
+:mod:`tidelake.api.jetstream`, and the ingest's ledger :mod:`tidelake.lake.ledger` for the
+table requests), directly: no server needs to run for the CLI to work. ``tidelake.cli``
+registers them.
 """
 
 from __future__ import annotations
@@ -437,12 +438,11 @@ def table_pause(
     reason: Annotated[str, typer.Option(help="why, shown in the status")] = "",
 ) -> None:
     """Pause the ingest of a table from its next round (its events wait, nothing is lost)."""
-    from tidelake.api import control
-    from tidelake.api.monitor import lake_state_dir
+    from tidelake.lake.ledger import Ledger
 
     cfg = _load(config)
     try:
-        req = control.request(lake_state_dir(cfg), table, "pause", reason)
+        req = Ledger(cfg.lake_state_dir).request(table, "pause", reason)
     except ValueError as exc:
         err_console.print(f"[bold red]{exc}[/]")
         raise typer.Exit(2) from exc
@@ -455,12 +455,11 @@ def table_resume(
     config: ConfigOption = None,
 ) -> None:
     """Resume a table paused by an operator or by failures; it catches up from its checkpoint."""
-    from tidelake.api import control
-    from tidelake.api.monitor import lake_state_dir
+    from tidelake.lake.ledger import Ledger
 
     cfg = _load(config)
     try:
-        req = control.request(lake_state_dir(cfg), table, "resume")
+        req = Ledger(cfg.lake_state_dir).request(table, "resume")
     except ValueError as exc:
         err_console.print(f"[bold red]{exc}[/]")
         raise typer.Exit(2) from exc
@@ -473,13 +472,11 @@ def table_skip_ddl(
     config: ConfigOption = None,
 ) -> None:
     """Go on past the DDL a table is paused on, without applying it (docs/type-mapping.md)."""
-    from tidelake.api import control
-    from tidelake.api.monitor import lake_state_dir
-    from tidelake.lake.evolve import read_blocked
+    from tidelake.lake.ledger import Ledger
 
     cfg = _load(config)
-    state = lake_state_dir(cfg)
-    blocked = read_blocked(state).get(table)
+    ledger = Ledger(cfg.lake_state_dir)
+    blocked = ledger.blocked().get(table)
     if blocked is None:
         err_console.print(
             f"[bold red]{table} is not paused on a DDL[/] (nothing for it in ddl_blocked.json); "
@@ -487,13 +484,13 @@ def table_skip_ddl(
         )
         raise typer.Exit(2)
     try:
-        req = control.request(state, table, "skip_ddl", "skip-ddl", seq=int(blocked["seq"]))
+        req = ledger.request(table, "skip_ddl", "skip-ddl", seq=blocked.seq)
     except ValueError as exc:
         err_console.print(f"[bold red]{exc}[/]")
         raise typer.Exit(2) from exc
     console.print(
-        f"skip of the DDL at stream sequence {blocked['seq']} of {table} requested at "
-        f"{_when(req.at_ms)} UTC: {str(blocked.get('ddl') or '').strip()[:200]}"
+        f"skip of the DDL at stream sequence {blocked.seq} of {table} requested at "
+        f"{_when(req.at_ms)} UTC: {(blocked.ddl or '').strip()[:200]}"
     )
 
 

@@ -1,4 +1,6 @@
-"""The table control file: requests written by the API/CLI, applied once by the ingest."""
+"""The operator's side of table control (``api/control.py``: requests through the ledger),
+and the transitional ``TableControl`` over an ingest that predates the ``Controlled``
+protocol (the tests of the control itself are in tests/unit/lake/test_control.py)."""
 
 from __future__ import annotations
 

@@ -6,38 +6,13 @@ from pathlib import Path
 
 import orjson
 
-from tidelake.api.records import Histogram, JsonlTail, LakeRecord, StageRecord
+from tidelake.api.records import Histogram, LakeRecord, StageRecord
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, write_manifest
 
 
 def _line(**fields: object) -> bytes:
     return orjson.dumps(fields) + b"\n"
-
-
-def test_jsonl_tail_reads_only_whole_new_lines(tmp_path: Path) -> None:
-    """A line without its newline waits for the next call; nothing is read twice."""
-    path = tmp_path / "commits.jsonl"
-    tail = JsonlTail(path)
-    assert tail.read_new() == []
-    path.write_bytes(_line(n=1) + b'{"n": 2')
-    assert tail.read_new() == [{"n": 1}]
-    with path.open("ab") as f:
-        f.write(b"}\n" + _line(n=3))
-    assert tail.read_new() == [{"n": 2}, {"n": 3}]
-    assert tail.read_new() == []
-
-
-def test_jsonl_tail_starts_over_when_the_file_is_replaced(tmp_path: Path) -> None:
-    """A file that shrank (rewritten) is read from its start and ``reset`` says so."""
-    path = tmp_path / "commits.jsonl"
-    path.write_bytes(_line(n=1) + _line(n=2))
-    tail = JsonlTail(path)
-    assert len(tail.read_new()) == 2
-    path.unlink()
-    path.write_bytes(_line(n=9))
-    assert tail.read_new() == [{"n": 9}]
-    assert tail.reset
 
 
 def test_stage_record_sums_each_manifest_once(tmp_path: Path) -> None:
@@ -97,7 +72,9 @@ def test_lake_record_totals_commits_skips_and_pauses_per_table(tmp_path: Path) -
             duration_ms=300,
         )
     )
-    (tmp_path / "skipped.jsonl").write_bytes(_line(table="a.t", duplicates=2, stale=1))
+    (tmp_path / "skipped.jsonl").write_bytes(
+        _line(table="a.t", seq_last=9, duplicates=2, stale=1, at_ms=20_000)
+    )
     (tmp_path / "paused.json").write_bytes(orjson.dumps({"b.u": "no primary key"}))
     record = LakeRecord(tmp_path)
     record.refresh()

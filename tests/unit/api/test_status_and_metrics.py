@@ -23,7 +23,9 @@ def _snapshot(tmp_path: Path, commits: list[dict[str, Any]], last_seq: dict[str,
     lake = tmp_path / "lake"
     lake.mkdir()
     (lake / "commits.jsonl").write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in commits))
-    (lake / "skipped.jsonl").write_bytes(orjson.dumps({"table": "a.t", "stale": 1}) + b"\n")
+    (lake / "skipped.jsonl").write_bytes(
+        orjson.dumps({"table": "a.t", "seq_last": 9, "stale": 1, "at_ms": NOW}) + b"\n"
+    )
     storage = LocalStorage(tmp_path / "staging")
     write_manifest(
         storage,
