@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -29,6 +26,7 @@ from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
+from tidelake.runtime.processes import ChildProcess, tidelake_argv
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
 
@@ -174,16 +172,19 @@ class StageEnv:
         crash_at: str | None = None,
         name: str = "stager",
         extra_env: dict[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
-        """``python -m tidelake.cli stage [--once]`` as a child process, logging to a file."""
+    ) -> ChildProcess:
+        """``python -m tidelake.cli stage [--once]`` as a child process, logging to a file;
+        no ``TIDELAKE_…`` variable of the test's environment reaches it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
         env["TIDELAKE_CONFIG"] = str(self.config_path)
         if crash_at is not None:
             env["TEST_TIDELAKE_CRASH_AT"] = crash_at
         env.update(extra_env or {})
-        argv = [sys.executable, "-m", "tidelake.cli", "stage"] + (["--once"] if once else [])
-        log = (self.log_dir / f"{name}.log").open("ab")
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        argv = tidelake_argv("stage", *(["--once"] if once else []))
+        proc = ChildProcess(
+            name, argv, log_path=self.log_dir / f"{name}.log", base_env=env, cwd=REPO
+        )
+        return proc.start()
 
     def log_text(self, name: str = "stager") -> str:
         path = self.log_dir / f"{name}.log"
@@ -199,16 +200,9 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
-    """SIGTERM, then SIGKILL; the exit status."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait()
+def stop_process(proc: ChildProcess, timeout_s: float = 20) -> int | None:
+    """SIGTERM (after SIGCONT, for a paused one), then SIGKILL; the exit status."""
+    return proc.stop(timeout_s)
 
 
 def make_stage_env(

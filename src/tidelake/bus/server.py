@@ -3,18 +3,15 @@
 Used when ``bus.url`` is unset (DESIGN.md §6) and by the test fixtures. The server listens on
 127.0.0.1 only. A port of 0 means "pick a free one", chosen once and then kept, so that
 :meth:`EmbeddedNats.restart` (the chaos tests kill the server) comes back on the same URL
-with the same store directory and therefore the same streams, consumers and messages.
+with the same store directory and therefore the same streams, consumers and messages. The
+process itself is a :class:`tidelake.runtime.processes.ChildProcess`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -26,18 +23,13 @@ import structlog
 
 from tidelake.config import EmbeddedNatsConfig
 from tidelake.errors import BusError
+from tidelake.runtime.processes import ChildProcess, ProcessError, free_port
 
 log = structlog.get_logger(__name__)
 
 LOG_FILE = "nats-server.log"
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind port 0, read it back, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["LOG_FILE", "EmbeddedNats", "free_port"]
 
 
 class EmbeddedNats:
@@ -62,7 +54,7 @@ class EmbeddedNats:
         self._requested_port = port
         self._port: int | None = None
         self._monitor_port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ChildProcess | None = None
 
     @classmethod
     def from_config(cls, cfg: EmbeddedNatsConfig, store_dir: Path) -> EmbeddedNats:
@@ -86,68 +78,70 @@ class EmbeddedNats:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid if self._process is not None and self.running else None
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process is not None and self._process.alive()
+
+    @property
+    def process(self) -> ChildProcess:
+        """The server's child process (pause/resume for the chaos harness)."""
+        if self._process is None:
+            raise BusError("the embedded nats-server has not been started")
+        return self._process
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server log, for error messages and test failures."""
+        return self._process.log_tail(lines) if self._process is not None else ""
 
     def start(self) -> EmbeddedNats:
         """Start the server and wait until it accepts clients and JetStream is up."""
         if self.running:
             return self
-        exe = shutil.which(self.binary)
-        if exe is None:
-            raise BusError(f"{self.binary!r} not found on PATH: install nats-server or set bus.url")
-        if self._port is None:
+        if self._process is None:
+            exe = shutil.which(self.binary)
+            if exe is None:
+                raise BusError(
+                    f"{self.binary!r} not found on PATH: install nats-server or set bus.url"
+                )
             self._port = self._requested_port or free_port(self.host)
-        if self._monitor_port is None:
             self._monitor_port = free_port(self.host)
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        args = [
-            exe,
-            "-a", self.host,
-            "-p", str(self._port),
-            "-m", str(self._monitor_port),
-            "-js",
-            "-sd", str(self.store_dir),
-            *self.extra_args,
-        ]  # fmt: skip
-        with self.log_path.open("ab") as logf:
-            self._proc = subprocess.Popen(
-                args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            argv = [
+                exe,
+                "-a", self.host,
+                "-p", str(self._port),
+                "-m", str(self._monitor_port),
+                "-js",
+                "-sd", str(self.store_dir),
+                *self.extra_args,
+            ]  # fmt: skip
+            # SIGTERM: JetStream flushes its store before it exits.
+            self._process = ChildProcess(
+                "nats-server",
+                argv,
+                log_path=self.log_path,
+                ready=lambda _p: self._client_port_has_jetstream() and self._healthz_ok(),
+                startup_timeout_s=self.startup_timeout_s,
+                stop_timeout_s=10.0,
             )
         try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-        log.info("nats-server started", url=self.url, pid=self._proc.pid, store=str(self.store_dir))
+            self._process.start()
+        except ProcessError as exc:
+            raise BusError(f"nats-server: {exc}") from None
+        log.info("nats-server started", url=self.url, pid=self.pid, store=str(self.store_dir))
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM (JetStream flushes its store), then SIGKILL if it does not exit in time."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._proc = None
+        if self._process is not None:
+            self._process.stop(timeout_s)
 
     def kill(self) -> None:
         """``kill -9`` the server (chaos tests); :meth:`start` brings it back on the same port."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        self._proc = None
+        if self._process is not None:
+            self._process.kill()
 
     def restart(self, *, hard: bool = False) -> EmbeddedNats:
         """Stop (or ``kill -9`` when ``hard``) and start again on the same port and store."""
@@ -169,22 +163,6 @@ class EmbeddedNats:
         self.stop()
 
     # -- readiness --------------------------------------------------------------------------
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise BusError(
-                    f"nats-server exited with status {self._proc.returncode} on start; "
-                    f"see {self.log_path}"
-                )
-            if self._client_port_has_jetstream() and self._healthz_ok():
-                return
-            time.sleep(0.05)
-        raise BusError(
-            f"nats-server not ready after {self.startup_timeout_s}s; see {self.log_path}"
-        )
 
     def _client_port_has_jetstream(self) -> bool:
         """The server greets every client with ``INFO {...}``; it says whether JetStream is on."""
@@ -213,12 +191,3 @@ class EmbeddedNats:
                 return int(resp.status) == 200
         except (urllib.error.URLError, OSError):
             return False
-
-
-def server_log_tail(server: EmbeddedNats, lines: int = 40) -> str:
-    """The last lines of the server log, for error messages and test failures."""
-    try:
-        text = server.log_path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return os.linesep.join(text.splitlines()[-lines:])

@@ -51,7 +51,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import structlog
-from mirakuru import Executor
+from mirakuru import Executor, SimpleExecutor
 from mirakuru.exceptions import ProcessExitedWithError, TimeoutExpired
 
 from tidelake.errors import TidelakeError, Transient
@@ -154,6 +154,12 @@ class _Executor(Executor):
         from mirakuru.base import ENV_UUID
 
         return {**self._base_env, **self._envvars, ENV_UUID: marked[ENV_UUID]}
+
+    def start(self) -> Self:
+        if self._owner.ready is None:
+            # No readiness check: spawned is started; an early exit shows in alive().
+            return SimpleExecutor.start(self)
+        return super().start()
 
     def pre_start_check(self) -> bool:
         return False  # a port or a data directory in use fails the start itself
