@@ -12,6 +12,10 @@ malformed message, an invalid config).
   refused request, bad credentials, a missing bucket or config file);
 - ``"unknown"``: nothing here knows the type (a bug, a JVM error nobody classified).
 
+A ``BaseException`` that is not an ``Exception`` (``asyncio.CancelledError``,
+``KeyboardInterrupt``, ``SystemExit``) is a request to stop, and ``"terminal"``: no loop
+retries it, whatever it does with unknown errors.
+
 :func:`is_retryable` is ``classify(exc) == "transient"``: an unknown error is *not* retried
 by default, because for data the safe reading of "we do not know" is "stop and say so".
 A loop whose job is to stay up (the ingest's round loop, the supervisor restarting a child,
@@ -278,6 +282,9 @@ def _classify_databases(exc: BaseException) -> Decision | None:
 
 def _classify_one(exc: BaseException) -> Decision | None:
     """The decision for ``exc`` itself, ignoring its cause; None when unknown."""
+    if not isinstance(exc, Exception):
+        # A cancellation, KeyboardInterrupt or SystemExit is a request to stop: never retried.
+        return "terminal"
     for classifier in _classifiers:
         decided = classifier(exc)
         if decided is not None:

@@ -151,6 +151,9 @@ TABLE: list[tuple[str, Callable[[], BaseException], Decision]] = [
     ("json JSONDecodeError", lambda: json.JSONDecodeError("bad", "{", 1), "terminal"),
     ("UnicodeDecodeError", lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), "terminal"),
     ("pydantic ValidationError", validation_error, "terminal"),
+    # a request to stop is never retried
+    ("CancelledError", asyncio.CancelledError, "terminal"),
+    ("KeyboardInterrupt", KeyboardInterrupt, "terminal"),
     # unknown: a bug
     ("RuntimeError", lambda: RuntimeError("bug"), "unknown"),
     ("KeyError", lambda: KeyError("k"), "unknown"),
@@ -349,3 +352,20 @@ def test_backoff_s_doubles_with_jitter_up_to_the_cap() -> None:
     ]
     with pytest.raises(ValueError, match="at least 1"):
         backoff_s(0)
+
+
+def test_cancellation_is_not_retried_even_with_retry_unknown() -> None:
+    """A cancelled task stops at once, even in a loop that retries unknown errors."""
+    calls: list[int] = []
+
+    async def body() -> None:
+        async for attempt in async_retrying("test", retry_unknown=True).copy(
+            wait=tenacity.wait_none()
+        ):
+            with attempt:
+                calls.append(1)
+                raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(body())
+    assert [1] == calls
