@@ -35,7 +35,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +45,11 @@ from typing import TYPE_CHECKING, Any
 from tidelake.config import Config, load_config
 from tidelake.lake.hudi import ORDERING_FIELD, hudi_table_name, split_table_id, table_path
 from tidelake.lake.hudi import write_options as hudi_write_options
-from tidelake.lake.ingest import Ingestor, TableWriter, build_batch
+from tidelake.lake.ingest import Ingestor, IngestStats
+from tidelake.lake.rows import build_batch
 from tidelake.lake.schema import schema_for
 from tidelake.lake.spark import build_spark_session, session_conf
+from tidelake.lake.store import TableStore
 from tidelake.runtime.storage import LocalStorage
 from tidelake_bench import tools
 from tidelake_bench.changes import (
@@ -60,7 +61,8 @@ from tidelake_bench.changes import (
     BenchBatch,
     ChangeStream,
 )
-from tidelake_bench.memory import PeakRss, children, command_name, process_tree
+from tidelake_bench.jobs import run_job
+from tidelake_bench.memory import PeakRss, children, command_name
 from tidelake_bench.stats import per_second
 
 if TYPE_CHECKING:
@@ -212,7 +214,7 @@ def build_base_table(spark: SparkSession, cfg: Config, rows: int, rows_per_file:
     """Write the base table of ``cfg``'s lake with ``bulk_insert``; seconds it took.
 
     Without a metadata table: the first upsert then takes the index the ingest's writer
-    picks for a table of this size (``TableWriter.uses_record_index``), and a large base
+    picks for a table of this size (``TableStore.uses_record_index``), and a large base
     gets its record index built from its base files, as a table crossing
     ``lake.record_index_from_mb`` does. (Putting millions of keys into a fresh record index
     of ``lake.record_index_file_groups`` file groups in one commit ran the 3g driver out of
@@ -284,7 +286,7 @@ def _run(
     result.base_build_s[plan.table_rows] = build_base_table(spark, small, plan.table_rows, per_file)
     small_path = table_path(small.lake_root, DATABASE, TABLE)
     # Every Hudi contender gets the index tidelake's writer uses for this table.
-    record_index = TableWriter(small, spark).uses_record_index(small_path)
+    record_index = TableStore(small, spark).uses_record_index(small_path)
     result.index[plan.table_rows] = "RECORD_INDEX" if record_index else "SIMPLE"
     copies = home / "copies"
     datasource_path = str(copies / "datasource" / DATABASE / TABLE)
@@ -300,7 +302,7 @@ def _run(
         result.base_build_s[plan.large_rows] = build_base_table(
             spark, large, plan.large_rows, per_file
         )
-        large_index = TableWriter(large, spark).uses_record_index(
+        large_index = TableStore(large, spark).uses_record_index(
             table_path(large.lake_root, DATABASE, TABLE)
         )
         result.index[plan.large_rows] = "RECORD_INDEX" if large_index else "SIMPLE"
@@ -342,8 +344,10 @@ def _run(
     floor = str(home / "parquet-floor")
 
     def tidelake_step(ingestor: Ingestor, expected: int) -> None:
-        done = ingestor.step()
-        applied = sum(int(c["events"]) for t in done.tables for c in t.commits)
+        # The ingest's own totals of the round: the bench reads no commit record itself.
+        totals = IngestStats()
+        totals.add(ingestor.step())
+        applied = totals.events
         if applied != expected:
             raise RuntimeError(f"tidelake applied {applied} events of {expected}")
 
@@ -525,27 +529,6 @@ def _properties(props: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-def _run_logged(
-    argv: list[str], log_file: Path, env: dict[str, str] | None = None
-) -> tuple[int, float | None, list[str]]:
-    """Run ``argv`` with its output in ``log_file``, at most ``STREAMER_TIMEOUT_S``: exit
-    code (-9 when killed at the timeout), peak RSS of its process tree in MiB, the log's
-    last 15 lines."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        sampler = PeakRss(lambda: process_tree(proc.pid)).start()
-        try:
-            code = proc.wait(STREAMER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = -9
-        finally:
-            sampler.stop()
-    return code, sampler.peak_mib, log_file.read_text(errors="replace").splitlines()[-15:]
-
-
 def run_hoodiestreamer(
     cfg: Config,
     jar: Path,
@@ -563,7 +546,8 @@ def run_hoodiestreamer(
     props.write_text(_properties(streamer_props(cfg, source_root, record_index)))
     argv = streamer_argv(cfg, jar, target, props, source_limit)
     before = len(completed_instants(target))
-    code, contender.peak_rss_mib, tail = _run_logged(argv, logs / "hoodiestreamer.log")
+    run = run_job("hoodiestreamer", argv, logs / "hoodiestreamer.log", STREAMER_TIMEOUT_S)
+    code, contender.peak_rss_mib, tail = run.code, run.peak_rss_mib, run.tail
     commits = completed_instants(target)[before:]
     if code != 0 or len(commits) < len(records):
         contender.error = (
@@ -669,9 +653,14 @@ def run_hudi014(
         if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
     }
     worker = tools.BENCH_DIR / "hudi014_worker.py"
-    code, peak_mib, tail = _run_logged(
-        [str(python), str(worker), str(work / "job.json")], home / "logs" / "hudi-0.14.log", env
+    run = run_job(
+        "hudi-0.14",
+        [str(python), str(worker), str(work / "job.json")],
+        home / "logs" / "hudi-0.14.log",
+        STREAMER_TIMEOUT_S,
+        env=env,
     )
+    code, peak_mib, tail = run.code, run.peak_rss_mib, run.tail
     result_file = Path(job["result"])
     if code != 0 or not result_file.exists():
         for c in contenders.values():

@@ -37,12 +37,14 @@ from tidelake.capture.publisher import Publisher
 from tidelake.config import Config, load_config
 from tidelake.workload.orders import OrderWorkload, WorkloadSpec
 from tidelake_bench import tools
+from tidelake_bench.jobs import run_job
 from tidelake_bench.memory import mib
 from tidelake_bench.stats import per_second
 
 Log = Callable[[str], None]
 NATS_BENCH_BATCH = 2_000
 NATS_BENCH_TIMEOUT_S = 600
+STAGER_TIMEOUT_S = 1800
 
 
 @dataclass
@@ -191,22 +193,19 @@ def run_stage_bench(
 
 
 def _run_stager(config_path: Path, home: Path, result: StageResult) -> None:
-    log_path = home / "stager.log"
-    with log_path.open("wb") as err:
-        proc = subprocess.run(
-            [sys.executable, "-m", "tidelake_bench.stage_worker", str(config_path)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            timeout=1800,
-            check=False,
-            env=tools.subprocess_env(),
-        )
-    lines = proc.stdout.decode().strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = log_path.read_text(errors="replace").splitlines()[-10:]
-        result.stage_error = f"stage worker exited {proc.returncode}: " + " | ".join(tail)
+    report_path = home / "stager-result.json"
+    run = run_job(
+        "stage worker",
+        [sys.executable, "-m", "tidelake_bench.stage_worker", str(config_path), str(report_path)],
+        home / "stager.log",
+        STAGER_TIMEOUT_S,
+        env=tools.subprocess_env(),
+        tail_lines=10,
+    )
+    if run.code != 0 or not report_path.is_file():
+        result.stage_error = f"stage worker exited {run.code}: " + " | ".join(run.tail)
         return
-    report: dict[str, Any] = orjson.loads(lines[-1])
+    report: dict[str, Any] = orjson.loads(report_path.read_bytes())
     if report["received"] != result.events or report["num_pending"] or report["num_ack_pending"]:
         result.stage_error = f"not everything was staged and acknowledged: {report}"
     result.stage_seconds = report["seconds"]

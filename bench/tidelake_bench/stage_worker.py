@@ -1,7 +1,8 @@
 """The stager under benchmark, in a process of its own: ``python -m
-tidelake_bench.stage_worker CONFIG`` stages everything pending (``Stager.run(once=True)``,
-the production loop) and prints one JSON line: messages, wall and CPU seconds from the start
-of the loop to the last batch's acks, and the process's peak resident memory (``VmHWM``).
+tidelake_bench.stage_worker CONFIG RESULT_JSON`` stages everything pending
+(``Stager.run(once=True)``, the production loop) and writes one JSON object: messages, wall
+and CPU seconds from the start of the loop to the last batch's acks, and the process's peak
+resident memory (``VmHWM``).
 
 Its own process, so that its CPU time and memory are the stager's alone.
 """
@@ -12,6 +13,7 @@ import asyncio
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -82,10 +84,11 @@ def status_kib_self() -> int | None:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m tidelake_bench.stage_worker CONFIG")
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python -m tidelake_bench.stage_worker CONFIG RESULT_JSON")
     result = asyncio.run(stage_all(sys.argv[1]))
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    # A file of its own: the worker's output (the stager's log lines) goes to its log.
+    Path(sys.argv[2]).write_bytes(orjson.dumps(result))
 
 
 if __name__ == "__main__":
