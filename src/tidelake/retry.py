@@ -71,6 +71,17 @@ class _Options(TypedDict):
     name: str
 
 
+#: Characters of an error's text logged per retry (a JVM error's message holds a stack trace).
+ERROR_CHARS = 2000
+
+
+def _error_text(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
 def _should_retry(retry_unknown: bool) -> Callable[[BaseException], bool]:
     def decide(exc: BaseException) -> bool:
         decided = classify(exc)
@@ -119,7 +130,7 @@ def _options(
             what=what,
             attempt=state.attempt_number,
             wait_s=round(wait_s, 3),
-            error=f"{type(error).__name__}: {error}" if error is not None else None,
+            error=_error_text(error),
         )
         if on_retry is not None and error is not None:
             on_retry(error, state.attempt_number, wait_s)
