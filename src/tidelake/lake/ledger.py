@@ -5,23 +5,30 @@ The ingest keeps a few small files beside the lake, in ``<lake_root>/_tidelake/`
 This module is the only code that knows their names and formats; everything else reads and
 writes them through :class:`Ledger`.
 
-=====================  ==========================  ======================  =====================
-file                   record                      written by              read by
-=====================  ==========================  ======================  =====================
-``cursor.json``        :class:`Cursor`             the ingest (round end)  the ingest, chaos
-``commits.jsonl``      :class:`CommitRecord`/line  the ingest (commit)     API, demo, bench
-``skipped.jsonl``      :class:`SkippedRecord`/line the ingest (commit)     API, chaos
-``paused.json``        :class:`PausedTables`       the ingest, control     API, control, chaos
-``control.json``       :class:`ControlRequests`    API + CLI, control      the ingest's control
-``dropped.json``       :class:`Tombstones`         schema evolution        schema evolution
-``ddl_blocked.json``   :class:`BlockedDdls`        schema evolution,       ``table skip-ddl``,
-                                                   control (settle)        control
-``databases.json``     :class:`Databases`          catalog sync            catalog sync
-``ingest.heartbeat``   ``runtime/heartbeat.py``    the ingest loop         API, demo, chaos
-``.json``
-``ingest.lock``        holder (pid, host, since)   ``lake/lock.py``        ``lake/lock.py``
-``.ledger.lock``       (empty; ``flock`` only)     every read-modify-write
-=====================  ==========================  ======================  =====================
+Each file, its record, who writes it (through this module) and who reads it:
+
+* ``cursor.json`` — :class:`Cursor`. Written by the ingest after a round; read by the ingest
+  at start and by chaos (has the lake caught up?).
+* ``commits.jsonl`` — one :class:`CommitRecord` per line, per Hudi commit. Appended by the
+  ingest after the commit; read by the API (``api/records.py``), the demo and chaos.
+* ``skipped.jsonl`` — one :class:`SkippedRecord` per line. Appended by the ingest; read by
+  the API and chaos.
+* ``paused.json`` — :class:`PausedTables`. Written by the ingest (its pauses, and
+  ``Controlled.pause``/``resume`` for an operator's request); read by the API, the ingest's
+  resume (a table an earlier process paused) and chaos.
+* ``control.json`` — :class:`ControlRequests`. Written by the API and the CLI
+  (:meth:`Ledger.request`) and by the ingest's control once a skip is settled
+  (:meth:`Ledger.forget_request`); read by the ingest's control (``lake/control.py``), the
+  ingest's DDL skip and the API.
+* ``dropped.json`` — :class:`Tombstones`. Written and read by schema evolution.
+* ``ddl_blocked.json`` — :class:`BlockedDdls`. Written by schema evolution (a DDL it cannot
+  apply) and the ingest's control (a settled skip); read by ``tidelake table skip-ddl``.
+* ``databases.json`` — :class:`Databases`. Written and read by the catalog sync.
+* ``ingest.heartbeat.json`` — ``runtime.heartbeat.HeartbeatRecord``. Written by the ingest
+  loop (:meth:`Ledger.write_heartbeat`); read by the API, the demo, chaos and ``run``.
+* ``ingest.lock`` — the writer lock and its holder (pid, host, since); held, written and
+  read by ``lake/lock.py`` at :attr:`Ledger.lock_path`.
+* ``.ledger.lock`` — empty; ``flock``-ed around every read-modify-write of this module.
 
 The cursor is a hint that saves listing work; every correctness decision of the ingest comes
 from the per-table checkpoints in the Hudi commits (``lake/checkpoint.py``). The other files

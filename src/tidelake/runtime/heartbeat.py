@@ -15,9 +15,11 @@ A record::
     {"v": 1, "stage": "ingest", "state": "idle", "pid": 4242, "host": "lake-1",
      "updated_at_ms": 1714929186000, ...fields of the stage (cursor, paused, counters)}
 
-``v`` is the record's format version (:data:`HEARTBEAT_VERSION`; a record without it was
-written before versions, and has the same keys). Readers take the keys they know and ignore
-the others: a stage adds its own fields freely.
+:class:`HeartbeatRecord` types the keys every stage writes; a stage adds its own fields
+freely. ``v`` is the record's format version (:data:`HEARTBEAT_VERSION`): a record without
+it was written before versions and has the same keys (version 0, read as is); a record of a
+newer version, or without the common keys, is ignored with a warning, like an unreadable
+one (a heartbeat is a hint, never a reason to fail).
 
 ``state`` is what the stage says (``running``, ``idle``, ``stopped``…); ``stopped`` is
 written on a clean exit. A process killed with ``kill -9`` leaves its last state with an
@@ -42,6 +44,7 @@ from typing import Any
 
 import orjson
 import structlog
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = structlog.get_logger(__name__)
 
@@ -59,21 +62,35 @@ PutFn = Callable[[str, bytes], None]
 InfoFn = Callable[[], dict[str, Any]]
 
 
+class HeartbeatRecord(BaseModel):
+    """What a stage says about itself: the keys every stage writes, then its own fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    v: int = HEARTBEAT_VERSION
+    stage: str
+    #: ``running``, ``idle``, ``applying``, ``warming up``, ``stopped``…
+    state: str
+    pid: int
+    host: str
+    updated_at_ms: int
+
+
 def heartbeat_name(stage: str) -> str:
     return f"{stage}.heartbeat.json"
 
 
 def heartbeat_record(stage: str, state: str, **fields: Any) -> dict[str, Any]:
     """The record a stage writes: who, where, when, what it says."""
-    return {
-        "v": HEARTBEAT_VERSION,
-        "stage": stage,
-        "state": state,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "updated_at_ms": int(time.time() * 1000),
+    record = HeartbeatRecord(
+        stage=stage,
+        state=state,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        updated_at_ms=int(time.time() * 1000),
         **fields,
-    }
+    )
+    return record.model_dump()
 
 
 def write_heartbeat(directory: Path, stage: str, state: str, **fields: Any) -> None:
@@ -90,11 +107,24 @@ def write_heartbeat(directory: Path, stage: str, state: str, **fields: Any) -> N
 
 
 def parse_heartbeat(data: bytes) -> dict[str, Any] | None:
+    """The record in ``data`` (a :class:`HeartbeatRecord` as a dict, at the current
+    version), or None when it is not one this code reads."""
     try:
-        record = orjson.loads(data)
+        raw = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    version = raw.get("v", 0)
+    if not isinstance(version, int) or version > HEARTBEAT_VERSION:
+        log.warning("heartbeat of an unknown format version ignored", version=version)
+        return None
+    try:
+        record = HeartbeatRecord.model_validate({**raw, "v": HEARTBEAT_VERSION})
+    except ValidationError as exc:
+        log.warning("malformed heartbeat ignored", error=str(exc))
+        return None
+    return record.model_dump()
 
 
 def read_heartbeat(directory: Path, stage: str) -> dict[str, Any] | None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import orjson
+
 from tidelake.runtime.heartbeat import (
     DOWN_AFTER_S,
+    HEARTBEAT_VERSION,
     Heartbeat,
     heartbeat_age_s,
+    heartbeat_record,
     is_up,
     parse_heartbeat,
     read_heartbeat,
@@ -59,3 +63,22 @@ def test_heartbeat_thread_stores_running_then_stopped(tmp_path: Path) -> None:
     assert stopped is not None
     assert (running["state"], running["received"]) == ("running", 3)
     assert stopped["state"] == "stopped"
+
+
+def test_records_carry_their_version_and_older_ones_are_read() -> None:
+    """A written record has ``v``; one written before versions (no ``v``) reads as the
+    current version with its own fields kept."""
+    old = {"stage": "ingest", "state": "idle", "pid": 1, "host": "h", "updated_at_ms": 5}
+    assert {**old, "v": HEARTBEAT_VERSION, "cursor": 3} == parse_heartbeat(
+        orjson.dumps({**old, "cursor": 3})
+    )
+    assert HEARTBEAT_VERSION == heartbeat_record("stager", "running")["v"]
+
+
+def test_a_newer_or_malformed_record_reads_as_no_heartbeat() -> None:
+    """A heartbeat is a hint: a newer format version or missing common keys is None."""
+    newer = heartbeat_record("stager", "running") | {"v": HEARTBEAT_VERSION + 1}
+    assert (None, None) == (
+        parse_heartbeat(orjson.dumps(newer)),
+        parse_heartbeat(orjson.dumps({"stage": "stager", "state": "running"})),
+    )
