@@ -22,15 +22,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import structlog
 
-from tidelake.bus.server import free_port
 from tidelake.errors import TidelakeError, Transient
+from tidelake.runtime.processes import ChildProcess, ProcessError, free_port
 
 log = structlog.get_logger(__name__)
 
@@ -49,13 +48,6 @@ def _find(candidates: list[str], name: str) -> str:
     return found
 
 
-def _log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 class _ChildServer:
     """A server process with a data directory, a port and a log file."""
 
@@ -69,7 +61,7 @@ class _ChildServer:
         self._requested_port = port
         self._port: int | None = None
         self.startup_timeout_s = startup_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ChildProcess | None = None
 
     @property
     def port(self) -> int:
@@ -83,7 +75,11 @@ class _ChildServer:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process is not None and self._process.alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.running and self._process is not None else None
 
     def _argv(self) -> list[str]:
         raise NotImplementedError
@@ -104,48 +100,32 @@ class _ChildServer:
         if self._port is None:
             self._port = self._requested_port or free_port(self.host)
         self._initialise()
-        with self.log_path.open("ab") as logf:
-            self._proc = subprocess.Popen(
-                self._argv(),
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                **self._popen_kwargs(),
-            )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise ServerError(
-                    f"{self.name} exited with status {self._proc.returncode} on start:\n"
-                    + _log_tail(self.log_path)
-                )
-            if self._ready():
-                log.info(f"{self.name} started", port=self._port, data=str(self.data_dir))
-                return self
-            time.sleep(0.1)
-        self.kill()
-        raise ServerError(f"{self.name} not ready after {self.startup_timeout_s}s")
+        self._process = ChildProcess(
+            self.name,
+            self._argv(),
+            log_path=self.log_path,
+            ready=lambda _p: self._ready(),
+            startup_timeout_s=self.startup_timeout_s,
+            stop_signal=self.stop_signal,
+            popen_kwargs=self._popen_kwargs(),
+        )
+        try:
+            self._process.start()
+        except ProcessError as exc:
+            raise ServerError(str(exc)) from None
+        log.info(f"{self.name} started", port=self._port, data=str(self.data_dir))
+        return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(self.stop_signal)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._proc = None
+        if self._process is not None:
+            self._process.stop(timeout_s)
 
     def kill(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        self._proc = None
+        if self._process is not None:
+            self._process.kill()
+
+    def log_tail(self, lines: int = 25) -> str:
+        return self._process.log_tail(lines) if self._process is not None else ""
 
     def __enter__(self) -> _ChildServer:
         return self.start()

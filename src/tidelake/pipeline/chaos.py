@@ -16,7 +16,12 @@ not yet recovered from its last kill), so the kills spread over every process. W
 workload is done and at least ``min_kills`` kills happened, every victim is brought back up,
 the lake is awaited (everything acked by the stager, the ingest's cursor at the stream's
 end) and each table is compared row by row with the expected state: 0 lost, 0 duplicated,
-0 resurrected, 0 different. A victim is one entry of :func:`_victims`.
+0 resurrected, 0 different.
+
+The harness uses public interfaces only: the local stack (``pipeline/stack.py``) assembles
+the pipeline, each victim is a :class:`tidelake.runtime.processes.ChildProcess` (signals go to
+its whole process group), the ingest's state is read through the ledger
+(``lake/ledger.py``), and the lake is compared through ``tidelake.verify``.
 
 The schedule (which victim, kill or pause, when) is a pure function of the seed; what the
 victims were doing at those instants is not, and that is the point.
@@ -25,10 +30,7 @@ victims were doing at those instants is not, and that is the point.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import random
-import signal
 import threading
 import time
 from collections import Counter
@@ -37,17 +39,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import orjson
 import structlog
-import yaml
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
-from tidelake.config import Config, load_config
-from tidelake.pipeline.demo import _dlq_depth, _prepare_home, _verify, publish_workload
-from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
-from tidelake.runtime.heartbeat import read_heartbeat
+from tidelake.config import Config
+from tidelake.lake.ledger import Ledger
+from tidelake.pipeline.demo import publish_workload, verify_workload
+from tidelake.pipeline.stack import LocalStack, prepare_home
+from tidelake.runtime.processes import ChildProcess
 from tidelake.workload.orders import DATABASE, SCHEMAS, OrderWorkload, WorkloadSpec
 
 log = structlog.get_logger(__name__)
@@ -135,14 +135,15 @@ class Victim(Protocol):
 
 
 class ProcessVictim:
-    """A stage child process; signals go to its whole process group (a JVM child too)."""
+    """A stage child process; every signal goes to its whole process group (a JVM child
+    too), and a kill also reaches descendants that left the group."""
 
     def __init__(
         self,
-        process: StageProcess,
+        process: ChildProcess,
         *,
         can_pause: bool,
-        ready: Callable[[StageProcess], bool] | None = None,
+        ready: Callable[[], bool] | None = None,
         min_uptime_s: float = 2.0,
     ) -> None:
         self.process = process
@@ -150,27 +151,20 @@ class ProcessVictim:
         self.can_pause = can_pause
         self._ready = ready
         self._min_uptime_s = min_uptime_s
-        self._started_at = 0.0
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        pid = self.process.pid
-        if pid is not None and self.process.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, sig)  # StageProcess starts each child in its own session
+        self._started_at = time.monotonic()  # the stack started it
 
     def kill(self) -> None:
-        self._signal_group(signal.SIGKILL)
-        self.process.kill()  # reaps it
+        self.process.kill()
 
     def start(self) -> None:
         self.process.start()
         self._started_at = time.monotonic()
 
     def pause(self) -> None:
-        self._signal_group(signal.SIGSTOP)
+        self.process.pause()
 
     def resume(self) -> None:
-        self._signal_group(signal.SIGCONT)
+        self.process.resume()
 
     def alive(self) -> bool:
         return self.process.alive()
@@ -178,7 +172,7 @@ class ProcessVictim:
     def ready(self) -> bool:
         if not self.alive() or time.monotonic() - self._started_at < self._min_uptime_s:
             return False
-        return self._ready is None or self._ready(self.process)
+        return self._ready is None or self._ready()
 
 
 class NatsVictim:
@@ -199,12 +193,12 @@ class NatsVictim:
         self._started_at = time.monotonic()
 
     def pause(self) -> None:
-        if self.server.pid is not None:
-            os.kill(self.server.pid, signal.SIGSTOP)
+        if self.server.running:
+            self.server.process.pause()
 
     def resume(self) -> None:
-        if self.server.pid is not None:
-            os.kill(self.server.pid, signal.SIGCONT)
+        if self.server.running:
+            self.server.process.resume()
 
     def alive(self) -> bool:
         return self.server.running
@@ -213,23 +207,11 @@ class NatsVictim:
         return self.alive() and time.monotonic() - self._started_at > 1.0
 
 
-def _ingest_ready(state_dir: Path) -> Callable[[StageProcess], bool]:
-    """The ingest is worth killing once its new process has a Spark session (heartbeat)."""
-
-    def ready(process: StageProcess) -> bool:
-        beat = read_heartbeat(state_dir, "ingest") or {}
-        return beat.get("pid") == process.pid and beat.get("state") in ("idle", "applying")
-
-    return ready
-
-
 # --- sources ----------------------------------------------------------------------------------
 
 
 class _WorkloadSource:
     """The order workload, published by this process as TiCDC canal-json."""
-
-    victims: tuple[Victim, ...] = ()
 
     def __init__(self, opts: ChaosOptions) -> None:
         self.workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
@@ -237,14 +219,12 @@ class _WorkloadSource:
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def configure(self, data: dict[str, Any]) -> dict[str, Any]:
-        return data
+    def configure(self) -> dict[str, Any]:
+        """The config settings this source adds (none)."""
+        return {}
 
     def env(self) -> dict[str, str]:
         return {}
-
-    def add_victims(self, env: dict[str, str], logs: Path) -> None:
-        return None
 
     def start(self, cfg: Config, url: str) -> None:
         def publish() -> None:
@@ -274,7 +254,7 @@ class _WorkloadSource:
                 "mismatches": c.mismatches,
                 "samples": c.samples,
             }
-            for c in _verify(cfg, self.workload)
+            for c in verify_workload(cfg, self.workload)
         }
 
     def close(self) -> None:
@@ -290,7 +270,6 @@ class _MariaDBSource:
 
         self.opts = opts
         self.server = MariaDBServer(home / "mariadb")
-        self.victims: tuple[Victim, ...] = ()
         self.error: BaseException | None = None
         self.rows_changed = 0
         self._thread: threading.Thread | None = None
@@ -300,7 +279,9 @@ class _MariaDBSource:
     def dsn(self) -> str:
         return f"mysql://{self.server.user}@{self.server.host}:{self.server.port}/"
 
-    def configure(self, data: dict[str, Any]) -> dict[str, Any]:
+    def configure(self) -> dict[str, Any]:
+        """Start the server, create the schema; the ``capture`` settings (the stack then runs
+        ``tidelake capture``, a victim like the others)."""
         from tidelake.workload.sql import schema_statements
 
         self.server.start()
@@ -311,14 +292,10 @@ class _MariaDBSource:
                     cur.execute(statement)
         finally:
             conn.close()
-        return {**data, "capture": {"source": self.dsn, "tables": ["shop.*"]}}
+        return {"capture": {"source": self.dsn, "tables": ["shop.*"]}}
 
     def env(self) -> dict[str, str]:
         return {"TIDELAKE_CAPTURE__PASSWORD": self.server.password}
-
-    def add_victims(self, env: dict[str, str], logs: Path) -> None:
-        capture = StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
-        self.victims = (ProcessVictim(capture, can_pause=True),)
 
     def start(self, cfg: Config, url: str) -> None:
         from tidelake.workload.sql import run_sql_workload
@@ -381,11 +358,10 @@ class _MariaDBSource:
 # --- the run ----------------------------------------------------------------------------------
 
 
-def _write_config(home: Path, url: str, opts: ChaosOptions, extra: dict[str, Any]) -> Path:
+def _settings(opts: ChaosOptions, extra: dict[str, Any]) -> dict[str, Any]:
+    """What the run's config says besides ``home`` and ``bus.url`` (the stack adds those)."""
     data: dict[str, Any] = {
-        "home": str(home),
         "bus": {
-            "url": url,
             # Short AckWait so a pause outlasts it; a high MaxDeliver because this run tests
             # crash recovery, not the poison-message path (tests/integration/stage).
             "consumer": {"ack_wait_s": opts.ack_wait_s, "max_deliver": 1_000},
@@ -396,9 +372,7 @@ def _write_config(home: Path, url: str, opts: ChaosOptions, extra: dict[str, Any
         "lake": {"spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2}},
     }
     data.update(extra)
-    path = home / "config.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return data
 
 
 async def _stream_position(cfg: Config, url: str) -> tuple[int, int, int]:
@@ -417,28 +391,13 @@ async def _stream_position(cfg: Config, url: str) -> tuple[int, int, int]:
         await nc.close()
 
 
-def _read_cursor(state_dir: Path) -> int:
-    try:
-        return int(orjson.loads((state_dir / "cursor.json").read_bytes())["seq"])
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return 0
+def _skipped_totals(ledger: Ledger) -> tuple[int, int]:
+    """(duplicates, stale) the ingest skipped, from its skip log."""
+    skipped = ledger.skipped()
+    return sum(r.duplicates for r in skipped), sum(r.stale for r in skipped)
 
 
-def _skipped_totals(state_dir: Path) -> tuple[int, int]:
-    duplicates = stale = 0
-    try:
-        lines = (state_dir / "skipped.jsonl").read_bytes().split(b"\n")
-    except OSError:
-        return 0, 0
-    for line in lines:
-        if line.endswith(b"}"):
-            record = orjson.loads(line)
-            duplicates += int(record.get("duplicates", 0))
-            stale += int(record.get("stale", 0))
-    return duplicates, stale
-
-
-class _Chaos:
+class ChaosSchedule:
     """The seeded schedule of actions over the victims."""
 
     def __init__(self, opts: ChaosOptions, victims: list[Victim], result: ChaosResult) -> None:
@@ -515,20 +474,24 @@ class _Chaos:
 
 
 def _wait_for_lake(
-    cfg: Config, url: str, chaos: _Chaos, source_done: Callable[[], bool], timeout_s: float
+    cfg: Config,
+    url: str,
+    chaos: ChaosSchedule,
+    source_done: Callable[[], bool],
+    timeout_s: float,
 ) -> None:
     """Until the stager has acked everything and the ingest's cursor is at the stream's end."""
-    state_dir = cfg.lake_state_dir
+    ledger = Ledger(cfg.lake_state_dir)
     deadline = time.monotonic() + timeout_s
     while True:
         chaos.supervise()
         if source_done():
             last, pending, ack_pending = asyncio.run(_stream_position(cfg, url))
-            if not pending and not ack_pending and _read_cursor(state_dir) >= last:
+            if not pending and not ack_pending and ledger.cursor() >= last:
                 return
-        paused = state_dir / "paused.json"
-        if paused.exists() and orjson.loads(paused.read_bytes() or b"{}"):
-            raise RuntimeError(f"the ingest paused tables: {paused.read_text()}")
+        paused = ledger.paused()
+        if paused:
+            raise RuntimeError(f"the ingest paused tables: {paused}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
         time.sleep(0.5)
@@ -539,49 +502,37 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
     started = time.monotonic()
     result = ChaosResult(seed=opts.seed, source=opts.source)
     home = opts.home.resolve()
-    _prepare_home(home)
-    server = EmbeddedNats(home / "nats")
+    prepare_home(home)
     source: _WorkloadSource | _MariaDBSource = (
         _MariaDBSource(opts, home) if opts.source == "mariadb" else _WorkloadSource(opts)
     )
+    stack: LocalStack | None = None
     victims: list[Victim] = []
-    chaos: _Chaos | None = None
+    chaos: ChaosSchedule | None = None
     try:
-        server.start()
-        config_path = _write_config(home, server.url, opts, source.configure({}))
-        cfg = load_config(config_path, environ={})
-        asyncio.run(provision(cfg.bus, server.url))
-        env = {**run_env(config_path, home, server.url), **source.env()}
-        logs = home / "logs"
-        state_dir = cfg.lake_state_dir
-        source.add_victims(env, logs)
+        stack = LocalStack(
+            home,
+            settings=_settings(opts, source.configure()),
+            env=source.env(),
+            ingest_interval_s=0.5,
+        )
+        stack.start()
+        cfg, url = stack.cfg, stack.bus_url
+        assert stack.nats is not None  # the run's config has no bus.url
         victims = [
-            NatsVictim(server),
-            ProcessVictim(
-                StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
-                can_pause=True,
+            NatsVictim(stack.nats),
+            ProcessVictim(stack.child("stager"), can_pause=True),
+            ProcessVictim(stack.child("ingest"), can_pause=True, ready=stack.ingest_up),
+            *(
+                [ProcessVictim(stack.child("capture"), can_pause=True)]
+                if cfg.capture.source
+                else []
             ),
-            ProcessVictim(
-                StageProcess(
-                    "ingest",
-                    tidelake_argv("ingest", "--continuous", "--interval", "0.5"),
-                    env,
-                    logs / "ingest.log",
-                ),
-                can_pause=True,
-                ready=_ingest_ready(state_dir),
-            ),
-            *source.victims,
         ]
-        for victim in victims[1:]:
-            victim.start()
-        chaos = _Chaos(opts, victims, result)
-        deadline = time.monotonic() + 300
-        while not victims[2].ready():  # publish once the ingest has its Spark session
-            chaos.sleep(0.5)
-            if time.monotonic() > deadline:
-                raise TimeoutError("the ingest did not start within 300 s")
-        source.start(cfg, server.url)
+        chaos = ChaosSchedule(opts, victims, result)
+        # Publish once the ingest has its Spark session (a restarted child counts as a crash).
+        stack.wait_healthy(300, on_wait=chaos.supervise)
+        source.start(cfg, url)
         chaos_started = time.monotonic()
         chaos.run(source.finished)
         result.chaos_s = round(time.monotonic() - chaos_started, 1)
@@ -591,15 +542,14 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         if source.error is not None:
             raise RuntimeError(f"the source failed: {source.error!r}") from source.error
         catch_up_started = time.monotonic()
-        url = server.url
         _wait_for_lake(cfg, url, chaos, lambda: source.published(cfg, url), opts.catch_up_timeout_s)
         result.catch_up_s = round(time.monotonic() - catch_up_started, 1)
-        for victim in victims[1:]:
-            if isinstance(victim, ProcessVictim):
-                victim.process.stop()
+        stack.stop_stages()
         result.events = source.events
-        result.dlq = asyncio.run(_dlq_depth(cfg, server.url))
-        result.duplicates_skipped, result.stale_skipped = _skipped_totals(state_dir)
+        result.dlq = asyncio.run(stack.dlq_depth())
+        result.duplicates_skipped, result.stale_skipped = _skipped_totals(
+            Ledger(cfg.lake_state_dir)
+        )
         result.per_table = source.verify(cfg)
         result.tables = len(result.per_table)
         result.rows_expected = sum(t["rows_expected"] for t in result.per_table.values())
@@ -610,9 +560,8 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
     finally:
         for victim in victims:
             victim.resume()
-            if isinstance(victim, ProcessVictim):
-                victim.process.stop(timeout_s=30)
-        server.stop()
+        if stack is not None:
+            stack.stop(timeout_s=30)
         source.close()
         if chaos is not None:
             result.kills = {v.name: chaos.kills[v.name] for v in victims}

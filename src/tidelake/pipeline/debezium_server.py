@@ -13,16 +13,14 @@ properties live there too, so a stop and a start resume from the saved offsets.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from tidelake.errors import TidelakeError
+from tidelake.runtime.processes import ChildProcess, ProcessError, log_line
 
 #: Where ``scripts/setup`` unpacks the distribution, relative to the project root.
 DIST_SUBDIR = Path(".cache") / "debezium-server" / "debezium-server"
@@ -87,8 +85,7 @@ class DebeziumServer:
         self.workdir = workdir.resolve()
         self.properties = dict(properties)
         self.log_path = self.workdir / "debezium-server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+        self._process: ChildProcess | None = None
 
     @property
     def properties_path(self) -> Path:
@@ -96,11 +93,15 @@ class DebeziumServer:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process is not None and self._process.alive()
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def starts(self) -> int:
+        return self._process.starts if self._process is not None else 0
 
     def argv(self) -> list[str]:
         dist = dist_dir()
@@ -126,60 +127,38 @@ class DebeziumServer:
         for key, value in self.properties.items():
             if key.endswith(".filename"):
                 (self.workdir / str(value)).parent.mkdir(parents=True, exist_ok=True)
-        argv = self.argv()
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                argv,
+        if self._process is None:
+            # SIGTERM: the engine commits its offsets before the JVM exits.
+            self._process = ChildProcess(
+                "debezium-server",
+                self.argv(),
+                log_path=self.log_path,
                 cwd=self.workdir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                stop_timeout_s=60.0,
             )
-        self.starts += 1
+        self._process.start()
         return self
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """A clean stop (SIGTERM: the engine commits its offsets), then SIGKILL if it hangs."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc is not None else None
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait(timeout=30)
+        return self._process.stop(timeout_s) if self._process is not None else None
 
     def kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=30)
+        if self._process is not None:
+            self._process.kill()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return self._process.log_tail(lines) if self._process is not None else ""
 
-    def wait_for_log(self, text: str, timeout_s: float = 120.0, count: int = 0) -> None:
-        """Wait until ``text`` is in the log ``count`` times (default: once per start, since
-        the log is appended across restarts); fail early when the JVM exits."""
-        want = count or self.starts
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                if self.log_path.read_text(errors="replace").count(text) >= want:
-                    return
-            if self._proc is not None and self._proc.poll() is not None:
-                raise DebeziumServerError(
-                    f"Debezium Server exited ({self._proc.returncode}):\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
-        raise DebeziumServerError(
-            f"Debezium Server: no {text!r} in {timeout_s}s:\n{self.log_tail()}"
-        )
+    def wait_for_log(self, text: str, timeout_s: float = 120.0) -> None:
+        """Wait until ``text`` is in what the JVM logged since its latest start (the log is
+        appended across restarts); fail early, with the log's tail, when the JVM exits."""
+        if self._process is None:
+            raise DebeziumServerError("Debezium Server was never started")
+        try:
+            self._process.wait_until(log_line(text), timeout_s, repr(text))
+        except ProcessError as exc:
+            raise DebeziumServerError(f"Debezium Server: {exc}") from None
 
     def __enter__(self) -> DebeziumServer:
         return self.start()

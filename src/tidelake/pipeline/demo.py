@@ -1,8 +1,9 @@
 """``tidelake demo``: the whole pipeline on embedded defaults, verified row by row.
 
-An embedded nats-server; the order workload published as TiCDC canal-json at a steady rate;
-the stager and the continuous ingest as separate processes, as in production; then a wait
-until every table's Hudi checkpoint covers the last message published to it, and a
+The local stack (``pipeline/stack.py``: an embedded nats-server, the stager and the
+continuous ingest as separate processes, as in production); the order workload published as
+TiCDC canal-json at a steady rate once the stack is healthy; then a wait until every table's
+Hudi checkpoint covers the last message published to it (the ledger's commit log), and a
 row-by-row comparison of every table (read JVM-free through hudi-rs) with the workload's
 expected state. Freshness is source commit time → the Hudi commit that made the row visible.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import shutil
 import statistics
 import time
 from collections import defaultdict
@@ -20,26 +20,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
-from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.publisher import Acked, Publisher
-from tidelake.config import Config, load_config
+from tidelake.config import Config
+from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
-from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
-from tidelake.runtime.heartbeat import read_heartbeat
+from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
-
-#: Marks a directory the demo created, so a rerun may wipe it and nothing else.
-_MARKER = ".tidelake-demo"
 
 
 @dataclass
@@ -77,7 +71,7 @@ class DemoResult:
     error: str | None = None
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def measure_freshness(self, published: _Published, commits: list[dict[str, Any]]) -> None:
+    def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
         """Freshness percentiles: each message's source commit → the commit covering it."""
         self.commits = len(commits)
         fresh = _freshness(published, commits)
@@ -94,7 +88,7 @@ class DemoResult:
 
 
 @dataclass
-class _Published:
+class Published:
     """Per table: stream sequence and source commit time of every message, in order."""
 
     seqs: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -106,36 +100,11 @@ class _Published:
         self.commit_ms[table].append(commit_ts_ms)
 
 
-def _prepare_home(home: Path) -> None:
-    if home.exists():
-        if not (home / _MARKER).exists():
-            raise SystemExit(f"{home} exists and was not made by the demo; refusing to wipe it")
-        shutil.rmtree(home)
-    home.mkdir(parents=True)
-    (home / _MARKER).write_text("made by tidelake demo; removed by the next demo run\n")
-
-
-def _read_commits(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    # The last line may be half-written while the ingest appends; keep whole lines only.
-    return [orjson.loads(line) for line in data.split(b"\n") if line.endswith(b"}")]
-
-
-def _covered(commits: list[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in commits:
-        out[c["table"]] = max(out.get(c["table"], 0), int(c["seq"]))
-    return out
-
-
-def _freshness(published: _Published, commits: list[dict[str, Any]]) -> list[float]:
+def _freshness(published: Published, commits: list[CommitRecord]) -> list[float]:
     """Seconds from each message's source commit to the commit that covered it."""
     by_table: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for c in commits:
-        by_table[c["table"]].append((int(c["seq"]), int(c["committed_at_ms"])))
+        by_table[c.table].append((c.seq, c.committed_at_ms))
     out: list[float] = []
     for table, seqs in published.seqs.items():
         timeline = sorted(by_table.get(f"{DATABASE}.{table}", []))
@@ -162,7 +131,7 @@ async def publish_workload(
     workload: OrderWorkload,
     rate: float,
     on_sent: Callable[[int], None] | None = None,
-) -> tuple[_Published, float]:
+) -> tuple[Published, float]:
     """Publish every transaction of ``workload`` at ``rate`` events/s, in order, and wait for
     the last PubAck; returns what was stored and the rate achieved. Survives nats-server
     restarts (the publisher re-opens its connection and republishes in order)."""
@@ -173,7 +142,7 @@ async def publish_workload(
         await ensure_consumer(js, cfg.bus)
     finally:
         await nc.close()
-    published = _Published()
+    published = Published()
     async with await Publisher.open(cfg.bus, url, on_acked=published.record) as pub:
         start = time.monotonic()
         sent = 0
@@ -195,7 +164,7 @@ async def publish_workload(
 
 async def _publish(
     cfg: Config, url: str, workload: OrderWorkload, opts: DemoOptions, progress: Progress
-) -> tuple[_Published, float]:
+) -> tuple[Published, float]:
     task = progress.add_task("publishing canal-json", total=opts.events)
 
     def advance(sent: int) -> None:
@@ -204,29 +173,28 @@ async def _publish(
     return await publish_workload(cfg, url, workload, opts.rate, advance)
 
 
-async def _dlq_depth(cfg: Config, url: str) -> int:
-    nc = await connect(cfg.bus, url)
-    try:
-        info = await nc.jetstream().stream_info(cfg.bus.dlq.name)
-        return int(info.state.messages)
-    finally:
-        await nc.close()
-
-
-def _wait_for_lake(
-    published: _Published,
-    commits_path: Path,
-    children: list[StageProcess],
+def wait_for_lake(
+    published: Published,
+    stack: LocalStack,
     timeout_s: float,
     progress: Progress,
-) -> list[dict[str, Any]]:
+) -> list[CommitRecord]:
+    """Until every table's commits cover the last message published to it; the commits.
+    A stage process that exits meanwhile raises with its log."""
     last = {f"{DATABASE}.{t}": seqs[-1] for t, seqs in published.seqs.items() if seqs}
     total = sum(len(s) for s in published.seqs.values())
     task = progress.add_task("waiting for the lake", total=total)
     deadline = time.monotonic() + timeout_s
+    tail = Ledger(stack.cfg.lake_state_dir).commit_tail()
+    commits: list[CommitRecord] = []
+    covered: dict[str, int] = {}
     while True:
-        commits = _read_commits(commits_path)
-        covered = _covered(commits)
+        new = tail.read_new()
+        if tail.reset:
+            commits, covered = [], {}
+        commits.extend(new)
+        for c in new:
+            covered[c.table] = max(covered.get(c.table, 0), c.seq)
         done = sum(
             bisect.bisect_right(seqs, covered.get(f"{DATABASE}.{t}", 0))
             for t, seqs in published.seqs.items()
@@ -234,35 +202,21 @@ def _wait_for_lake(
         progress.update(task, completed=done)
         if all(covered.get(t, 0) >= s for t, s in last.items()):
             return commits
-        for child in children:
-            if not child.alive():
-                raise RuntimeError(
-                    f"the {child.name} process exited ({child.returncode()}); its log:\n"
-                    + child.log_tail()
-                )
+        stack.check_children()
         if time.monotonic() > deadline:
             raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
         time.sleep(0.25)
 
 
-def _wait_for_ingest(state_dir: Path, children: list[StageProcess], console: Console) -> None:
-    """Publish only once the ingest's Spark session is up: freshness then measures the
-    pipeline, not the JVM's start (which happens once per process, not per event)."""
+def wait_for_ingest(stack: LocalStack, console: Console) -> None:
+    """Publish only once the stager runs and the ingest's Spark session is up: freshness then
+    measures the pipeline, not the JVM's start (which happens once per process, not per
+    event)."""
     with console.status("starting Spark and the Hudi writer"):
-        deadline = time.monotonic() + 300
-        while (read_heartbeat(state_dir, "ingest") or {}).get("state") not in ("idle", "applying"):
-            for child in children:
-                if not child.alive():
-                    raise RuntimeError(
-                        f"the {child.name} process exited ({child.returncode()}); its log:\n"
-                        + child.log_tail()
-                    )
-            if time.monotonic() > deadline:
-                raise TimeoutError("the ingest did not start within 300 s")
-            time.sleep(0.2)
+        stack.wait_healthy(300)
 
 
-def _verify(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
+def verify_workload(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
     """Every table row by row and column by column; tables the DDL dropped must be gone."""
     from tidelake.verify.lake import read_table  # hudi-rs: JVM-free
 
@@ -290,34 +244,20 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     started = time.monotonic()
     result = DemoResult(events=0)
     home = opts.home.resolve()
-    _prepare_home(home)
-    cfg = load_config(None, environ={}).model_copy(update={"home": home})
-    server = EmbeddedNats(cfg.nats_store_dir)
-    children: list[StageProcess] = []
+    prepare_home(home)
+    stack: LocalStack | None = None
     store: DemoObjectStore | None = None
     try:
         store = start_object_store(opts.object_store, home)
-        cfg = store.configure(cfg) if store else cfg
-        result.lake = cfg.lake_root
-        server.start()
-        config_path = home / "config.yaml"
-        settings = {"home": str(home), "bus": {"url": server.url}}
-        config_path.write_text(
-            yaml.safe_dump(settings | (store.file_settings() if store else {}), sort_keys=False)
+        stack = LocalStack(
+            home,
+            settings=store.file_settings() if store else {},
+            env=store.env() if store else {},
         )
-        env = {**run_env(config_path, home, server.url), **(store.env() if store else {})}
-        children = [
-            StageProcess("stager", tidelake_argv("stage"), env, home / "logs" / "stage.log"),
-            StageProcess(
-                "ingest",
-                tidelake_argv("ingest", "--continuous", "--interval", "0.5"),
-                env,
-                home / "logs" / "ingest.log",
-            ),
-        ]
-        for child in children:
-            child.start()
-        _wait_for_ingest(cfg.lake_state_dir, children, console)
+        stack.start()
+        cfg = stack.cfg
+        result.lake = cfg.lake_root
+        wait_for_ingest(stack, console)
         spec = WorkloadSpec(events=opts.events, seed=opts.seed)
         workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
         columns = [
@@ -327,21 +267,14 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             TimeElapsedColumn(),
         ]
         with Progress(*columns, console=console, transient=False) as progress:
-            published, rate = asyncio.run(_publish(cfg, server.url, workload, opts, progress))
+            published, rate = asyncio.run(_publish(cfg, stack.bus_url, workload, opts, progress))
             result.events = workload.emitted
             result.publish_events_per_s = round(rate, 1)
-            commits = _wait_for_lake(
-                published,
-                cfg.lake_state_dir / "commits.jsonl",
-                children,
-                opts.catch_up_timeout_s,
-                progress,
-            )
+            commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
         result.measure_freshness(published, commits)
-        for child in children:
-            child.stop()
-        result.dlq = asyncio.run(_dlq_depth(cfg, server.url))
-        comparisons = _verify(cfg, workload)
+        stack.stop_stages()
+        result.dlq = asyncio.run(stack.dlq_depth())
+        comparisons = verify_workload(cfg, workload)
         result.tables = len(comparisons)
         result.rows_expected = sum(c.rows_expected for c in comparisons)
         result.rows_in_lake = sum(c.rows_in_lake for c in comparisons)
@@ -358,9 +291,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
-        for child in children:
-            child.stop(timeout_s=30)
-        server.stop()
+        if stack is not None:
+            stack.stop(timeout_s=30)
         if store is not None:
             store.stop()
         result.elapsed_s = round(time.monotonic() - started, 1)

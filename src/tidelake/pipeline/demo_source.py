@@ -18,26 +18,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import provision
 from tidelake.bus.scan import scan_stream
-from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.config import Config, load_config
+from tidelake.config import Config
 from tidelake.pipeline.demo import (
     DemoOptions,
     DemoResult,
-    _dlq_depth,
-    _prepare_home,
-    _Published,
-    _wait_for_ingest,
-    _wait_for_lake,
+    Published,
+    wait_for_ingest,
+    wait_for_lake,
 )
-from tidelake.pipeline.processes import StageProcess, run_env, tidelake_argv
+from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.verify.source import verify_table
 from tidelake.workload.orders import DATABASE, SCHEMAS, WorkloadSpec
 from tidelake.workload.sql import run_sql_workload, schema_statements
@@ -64,7 +59,7 @@ def _create_schema(server: MariaDBServer | PostgresServer, kind: SourceKind) -> 
         conn.close()
 
 
-async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> _Published:
+async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> Published:
     """Wait until the CDC stream holds ``want`` messages, then read their sequences and
     source commit times (the freshness baseline)."""
     nc = await connect(cfg.bus, url)
@@ -81,7 +76,7 @@ async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> _Publ
                     f"within {timeout_s:.0f} s"
                 )
             await asyncio.sleep(0.25)
-        published = _Published()
+        published = Published()
         for msg in await scan_stream(js, "cdc.>", int(info.state.messages)):
             body = orjson.loads(msg.data)
             if body.get("isDdl"):
@@ -94,60 +89,30 @@ async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> _Publ
         await nc.close()
 
 
-def _check_children(children: list[StageProcess]) -> None:
-    for child in children:
-        if not child.alive():
-            raise RuntimeError(
-                f"the {child.name} process exited ({child.returncode()}); its log:\n"
-                + child.log_tail()
-            )
-
-
 def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> DemoResult:
     """Run the demo against a private ``kind`` server; failures land in the result."""
     started = time.monotonic()
     result = DemoResult(events=0)
     home = opts.home.resolve()
-    _prepare_home(home)
-    cfg = load_config(None, environ={}).model_copy(update={"home": home})
-    result.lake = cfg.lake_root
-    nats = EmbeddedNats(cfg.nats_store_dir)
+    prepare_home(home)
     database: MariaDBServer | PostgresServer | None = None
-    children: list[StageProcess] = []
+    stack: LocalStack | None = None
     try:
-        nats.start()
         with console.status(f"starting a private {kind} server"):
             database = _start_database(kind, home)
             _create_schema(database, kind)
-        env: dict[str, str] = run_env(home / "config.yaml", home, nats.url)
+        env: dict[str, str] = {}
         if isinstance(database, MariaDBServer):
             dsn = f"mysql://{database.user}@{database.host}:{database.port}/"
             env["TIDELAKE_CAPTURE__PASSWORD"] = database.password
         else:
             dsn = database.dsn
         capture_cfg: dict[str, Any] = {"source": dsn, "tables": [f"{DATABASE}.*"]}
-        (home / "config.yaml").write_text(
-            yaml.safe_dump(
-                {"home": str(home), "bus": {"url": nats.url}, "capture": capture_cfg},
-                sort_keys=False,
-            )
-        )
-        cfg = load_config(home / "config.yaml", environ={})
-        asyncio.run(provision(cfg.bus, nats.url))
-        logs = home / "logs"
-        children = [
-            StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log"),
-            StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
-            StageProcess(
-                "ingest",
-                tidelake_argv("ingest", "--continuous", "--interval", "0.5"),
-                env,
-                logs / "ingest.log",
-            ),
-        ]
-        for child in children:
-            child.start()
-        _wait_for_ingest(cfg.lake_state_dir, children, console)
+        stack = LocalStack(home, settings={"capture": capture_cfg}, env=env).start()
+        cfg = stack.cfg
+        result.lake = cfg.lake_root
+        children = stack.children
+        wait_for_ingest(stack, console)
         columns = [
             TextColumn("{task.description:<24}"),
             BarColumn(),
@@ -169,23 +134,16 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
                 )
             finally:
                 conn.close()
-            _check_children(children)
+            stack.check_children()
             result.events = run.rows_changed
             result.publish_events_per_s = round(run.rows_changed / max(run.elapsed_s, 1e-9), 1)
             published = asyncio.run(
-                _captured(cfg, nats.url, run.rows_changed, opts.catch_up_timeout_s)
+                _captured(cfg, stack.bus_url, run.rows_changed, opts.catch_up_timeout_s)
             )
-            commits = _wait_for_lake(
-                published,
-                cfg.lake_state_dir / "commits.jsonl",
-                children,
-                opts.catch_up_timeout_s,
-                progress,
-            )
+            commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
         result.measure_freshness(published, commits)
-        for child in children:
-            child.stop()
-        result.dlq = asyncio.run(_dlq_depth(cfg, nats.url))
+        stack.stop_stages()
+        result.dlq = asyncio.run(stack.dlq_depth())
         password = env.get("TIDELAKE_CAPTURE__PASSWORD")
         checks = [
             verify_table(dsn, cfg.lake_root, f"{DATABASE}.{table}", password) for table in SCHEMAS
@@ -211,12 +169,11 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
-        for child in children:
-            child.stop(timeout_s=30)
+        if stack is not None:
+            stack.stop(timeout_s=30)
         if isinstance(database, PostgresServer):
             database.remove()
         elif database is not None:
             database.stop()
-        nats.stop()
         result.elapsed_s = round(time.monotonic() - started, 1)
     return result

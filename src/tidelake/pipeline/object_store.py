@@ -14,19 +14,15 @@ import contextlib
 import os
 import secrets
 import shutil
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import structlog
 
-from tidelake.bus.server import free_port
-from tidelake.config import Config, S3Config, StorageConfig
+from tidelake.config import S3Config
 from tidelake.errors import TidelakeError, Transient
+from tidelake.runtime.processes import ChildProcess, ProcessError, free_port, http_ok
 from tidelake.runtime.storage import s3_client
 
 log = structlog.get_logger(__name__)
@@ -73,7 +69,7 @@ class MinioServer:
         self.startup_timeout_s = startup_timeout_s
         self.access_key = "tl" + secrets.token_hex(8)
         self.secret_key = secrets.token_urlsafe(24)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ChildProcess | None = None
 
     @property
     def port(self) -> int:
@@ -91,7 +87,7 @@ class MinioServer:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._process.pid if self._process is not None else None
 
     def s3_config(self) -> S3Config:
         """``storage.s3`` pointing at this server, credentials included (for this process)."""
@@ -121,7 +117,6 @@ class MinioServer:
         self._port = self._requested_port or free_port()
         console = free_port()
         env = {
-            **os.environ,
             "MINIO_ROOT_USER": self.access_key,
             "MINIO_ROOT_PASSWORD": self.secret_key,
             "MINIO_BROWSER": "off",
@@ -137,30 +132,21 @@ class MinioServer:
             f"127.0.0.1:{console}",
             str(self.data_dir),
         ]
-        with self.log_path.open("ab") as out:
-            self._proc = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not self._live():
-            if self._proc.poll() is not None:
-                raise ObjectStoreError(
-                    f"minio exited with {self._proc.returncode}: {self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ObjectStoreError(f"minio not ready within {self.startup_timeout_s:.0f} s")
-            time.sleep(0.1)
-        log.info("minio started", endpoint=self.endpoint, pid=self._proc.pid)
-        return self
-
-    def _live(self) -> bool:
+        self._process = ChildProcess(
+            "minio",
+            argv,
+            log_path=self.log_path,
+            env=env,
+            ready=http_ok(f"{self.endpoint}/minio/health/ready"),
+            startup_timeout_s=self.startup_timeout_s,
+            stop_timeout_s=15.0,
+        )
         try:
-            url = f"{self.endpoint}/minio/health/ready"
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+            self._process.start()
+        except ProcessError as exc:
+            raise ObjectStoreError(str(exc)) from None
+        log.info("minio started", endpoint=self.endpoint, pid=self.pid)
+        return self
 
     def create_bucket(self, name: str) -> None:
         """Create ``name`` (idempotent)."""
@@ -169,20 +155,11 @@ class MinioServer:
             client.create_bucket(Bucket=name)
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        if self._process is not None:
+            self._process.stop(timeout_s)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return self._process.log_tail(lines) if self._process is not None else ""
 
     def __enter__(self) -> MinioServer:
         return self.start()
@@ -224,16 +201,6 @@ class DemoObjectStore:
 
     def env(self) -> dict[str, str]:
         return self.server.credentials_env()
-
-    def configure(self, cfg: Config) -> Config:
-        """``cfg`` with staging and lake in the bucket, credentials included (this process)."""
-        return cfg.model_copy(
-            update={
-                "storage": StorageConfig(s3=self.server.s3_config()),
-                "stage": cfg.stage.model_copy(update={"root": f"s3://{DEMO_BUCKET}/staging"}),
-                "lake": cfg.lake.model_copy(update={"root": f"s3a://{DEMO_BUCKET}/lake"}),
-            }
-        )
 
 
 def start_object_store(kind: str | None, home: Path) -> DemoObjectStore | None:

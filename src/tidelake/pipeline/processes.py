@@ -1,22 +1,23 @@
-"""The stages as child processes, the way production runs them: one process per stage.
+"""Which tidelake verbs run as child processes, and with what environment.
 
-Each child is ``python -m tidelake.cli <verb>`` with its own log file, so a crash of one
-stage never takes another with it, and tests can ``kill -9`` any of them.
+Production runs one process per stage; ``run``, ``demo``, ``chaos`` and the tests do the same
+here: each stage is ``python -m tidelake.cli <verb>`` with its own log file, so a crash of one
+stage never takes another with it, and tests can ``kill -9`` any of them. The process itself
+is a :class:`tidelake.runtime.processes.ChildProcess`; this module only says which verbs
+(:func:`stage_children`) and how they are stopped.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from tidelake.runtime.processes import ChildProcess, tidelake_argv
 
-def tidelake_argv(*args: str) -> list[str]:
-    """The command line of a tidelake verb run by this interpreter."""
-    return [sys.executable, "-m", "tidelake.cli", *args]
+__all__ = ["STAGE_STOP_TIMEOUT_S", "StageProcess", "run_env", "stage_children", "tidelake_argv"]
+
+#: A stage's grace after SIGTERM: it finishes its current batch (or Hudi commit) first.
+STAGE_STOP_TIMEOUT_S = 60.0
 
 
 def run_env(config_path: Path, home: Path, bus_url: str) -> dict[str, str]:
@@ -32,75 +33,35 @@ def run_env(config_path: Path, home: Path, bus_url: str) -> dict[str, str]:
     }
 
 
-class StageProcess:
-    """One stage running as a child process, logging to ``log_path``."""
+class StageProcess(ChildProcess):
+    """A tidelake verb as a child process, logging to ``log_path``; stopped with SIGTERM and
+    :data:`STAGE_STOP_TIMEOUT_S` of grace (the stages handle SIGTERM by finishing the batch in
+    hand). Started without a readiness check: a stage's readiness is its heartbeat
+    (``pipeline/stack.py`` waits for it)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        try:
-            self._proc = subprocess.Popen(
-                self.argv,
-                env={**os.environ, **self.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches only the parent
-            )
-        finally:
-            log.close()
-        self.starts += 1
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        if self.alive() and self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-
-    def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGTERM (the stage finishes its current batch), SIGKILL after ``timeout_s``."""
-        if self._proc is None:
-            return None
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        return self._proc.returncode
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path) -> None:
+        super().__init__(
+            name, argv, log_path=log_path, env=env, stop_timeout_s=STAGE_STOP_TIMEOUT_S
+        )
 
 
-def wait_until(predicate: object, timeout_s: float, interval_s: float = 0.2) -> bool:
-    """Poll ``predicate()`` until true or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
-            return True
-        time.sleep(interval_s)
-    return False
+def stage_children(
+    env: Mapping[str, str], logs: Path, *, capture: bool, ingest_interval_s: float
+) -> list[StageProcess]:
+    """The stage processes of a local pipeline, in start order (the producer first):
+    ``capture`` when a source database is configured, the stager, the continuous ingest."""
+    children = [
+        StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
+        StageProcess(
+            "ingest",
+            tidelake_argv("ingest", "--continuous", "--interval", str(ingest_interval_s)),
+            env,
+            logs / "ingest.log",
+        ),
+    ]
+    if capture:
+        # tidelake's own capture (docs/capture.md) when a source database is configured.
+        children.insert(
+            0, StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
+        )
+    return children

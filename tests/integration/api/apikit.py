@@ -1,7 +1,7 @@
 """A running pipeline for the API and dashboard tests: the demo's machinery, small.
 
 An embedded nats-server, then the stager, the continuous ingest and ``tidelake serve`` as
-child processes (:class:`tidelake.pipeline.processes.StageProcess`, as the demo runs them),
+child processes (:class:`tidelake.pipeline.processes.StageProcess`, as the stack runs them),
 on one config file under a temporary home. Messages are TiCDC canal-json whose TSO is the
 publish time, so freshness is measured in real seconds.
 """
@@ -22,7 +22,7 @@ import orjson
 import yaml
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats, free_port
 from tidelake.config import Config, load_config
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
@@ -214,15 +214,7 @@ def start_pipeline(home: Path, *, ingest: bool = True, stale_after_s: float = 30
     cfg = load_config(config_path, environ={})
     env = {"TIDELAKE_CONFIG": str(config_path)}
 
-    async def provision() -> None:
-        nc = await connect(cfg.bus, server.url)
-        try:
-            await ensure_streams(nc.jetstream(), cfg.bus)
-            await ensure_consumer(nc.jetstream(), cfg.bus)
-        finally:
-            await nc.close()
-
-    run_async(provision())
+    run_async(provision(cfg.bus, server.url))
     p = Pipeline(home, cfg, config_path, server, f"http://127.0.0.1:{port}", None)
     try:
         p.children["stager"] = StageProcess(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tidelake.pipeline import chaos
-from tidelake.pipeline.chaos import ChaosOptions, ChaosResult, Victim, _Chaos
+from tidelake.pipeline.chaos import ChaosOptions, ChaosResult, ChaosSchedule, Victim
 
 
 class FakeVictim:
@@ -52,7 +52,7 @@ def _schedule(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Ch
         seed=seed, min_kills=40, min_kills_each=8, gap_s=(0.0, 0.0), home=Path("unused")
     )
     result = ChaosResult(seed=seed)
-    run = _Chaos(opts, victims, result)
+    run = ChaosSchedule(opts, victims, result)
     run.run(lambda: True)
     return [line.split("s ", 1)[1] for line in result.actions], result
 

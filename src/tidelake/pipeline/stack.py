@@ -1,0 +1,266 @@
+"""The local stack: every stage of the pipeline on this machine, assembled in one place.
+
+``tidelake run``, ``demo``, ``demo --source`` and ``chaos`` all run the same stack:
+
+1. the bus: ``bus.url`` when configured, else an embedded nats-server
+   (:class:`tidelake.bus.server.EmbeddedNats`) with its store under the home;
+2. the config: the caller's (``run``), or one the stack writes into the home once the bus URL
+   is known (the self-contained verbs: ``home``, ``bus.url`` and the caller's settings);
+3. the streams and the stager's consumer (:func:`tidelake.bus.provision.provision`);
+4. the stage processes (:func:`tidelake.pipeline.processes.stage_children`): the capture when
+   ``capture.source`` is set, the stager, the continuous ingest — one child process each, with
+   an environment that pins them to this home, config and bus;
+5. :meth:`LocalStack.wait_healthy`: until the stager and the ingest started by this stack
+   report in their heartbeats (``runtime/heartbeat.py``) — the ingest once its Spark session
+   is up (``idle`` or ``applying``), the stager once it is ``running``;
+6. :meth:`LocalStack.stop`: the stages in start order — the producer first, so nothing new
+   arrives, then the stager (it finishes its batch), then the ingest (it finishes its
+   commit) — each with SIGTERM and a grace period, and the embedded bus last.
+
+The caller decides what happens around it: ``run`` supervises the children and restarts one
+that dies, ``demo`` publishes a workload and verifies the lake, ``chaos`` kills them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+import yaml
+
+from tidelake.bus.connection import connect
+from tidelake.bus.provision import provision
+from tidelake.bus.server import EmbeddedNats
+from tidelake.config import Config, load_config
+from tidelake.errors import TidelakeError
+from tidelake.pipeline.processes import StageProcess, run_env, stage_children
+from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
+from tidelake.runtime.heartbeat import read_heartbeat as read_heartbeat_file
+from tidelake.runtime.storage import open_storage
+
+log = structlog.get_logger(__name__)
+
+#: Marks a directory a self-contained run (demo, chaos) created, so a rerun may wipe it.
+HOME_MARKER = ".tidelake-demo"
+
+#: The ingest's heartbeat states once its Spark session is up.
+INGEST_UP = ("idle", "applying")
+
+
+def prepare_home(home: Path) -> None:
+    """Wipe and recreate the home of a self-contained run; refuse a directory it did not make."""
+    if home.exists():
+        if not (home / HOME_MARKER).exists():
+            raise SystemExit(f"{home} exists and was not made by the demo; refusing to wipe it")
+        shutil.rmtree(home)
+    home.mkdir(parents=True)
+    (home / HOME_MARKER).write_text("made by tidelake demo; removed by the next demo run\n")
+
+
+class StageExited(TidelakeError):  # noqa: N818 -- named for what the caller sees
+    """A stage process of the stack exited while it should be running."""
+
+
+class LocalStack:
+    """The bus, the config and the stage processes of one local pipeline.
+
+    Either ``cfg`` (a loaded config; ``config_path`` is handed to the children when given) or
+    ``settings`` (what the config the stack writes to ``home/config.yaml`` says besides
+    ``home`` and ``bus.url``). ``env`` is added to the children's environment (credentials).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        cfg: Config | None = None,
+        config_path: Path | None = None,
+        settings: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        ingest_interval_s: float = 0.5,
+    ) -> None:
+        if (cfg is None) == (settings is None):
+            raise ValueError("LocalStack takes either cfg or settings")
+        self.home = home.resolve()
+        self._cfg = cfg
+        self.config_path = config_path.resolve() if config_path is not None else None
+        self.settings = dict(settings or {})
+        self.extra_env = dict(env or {})
+        self.ingest_interval_s = ingest_interval_s
+        self.nats: EmbeddedNats | None = None
+        self.url: str | None = None
+        self.env: dict[str, str] = {}
+        self.children: list[StageProcess] = []
+
+    # -- what the stack is ---------------------------------------------------------------------
+
+    @property
+    def cfg(self) -> Config:
+        if self._cfg is None:
+            raise RuntimeError("the stack's config is written once its bus has started")
+        return self._cfg
+
+    @property
+    def bus_url(self) -> str:
+        if self.url is None:
+            raise RuntimeError("the stack's bus has not been started")
+        return self.url
+
+    def child(self, name: str) -> StageProcess:
+        """The stage process called ``name`` (``capture``, ``stager``, ``ingest``)."""
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise KeyError(name)
+
+    # -- bring-up ------------------------------------------------------------------------------
+
+    def start(self) -> LocalStack:
+        """Bus, config, provisioning, then the stage processes (not waiting for health)."""
+        self.start_bus()
+        self.configure()
+        self.start_stages()
+        return self
+
+    def start_bus(self) -> str:
+        """``bus.url`` when the config has one, else an embedded nats-server; its URL."""
+        url = self._cfg.bus.url if self._cfg is not None else None
+        if url is None:
+            store = self._cfg.nats_store_dir if self._cfg is not None else self.home / "nats"
+            self.nats = (
+                EmbeddedNats.from_config(self._cfg.bus.embedded, store)
+                if self._cfg is not None
+                else EmbeddedNats(store)
+            )
+            url = self.nats.start().url
+            log.info("embedded nats-server started", url=url, store=str(store))
+        self.url = url
+        return url
+
+    def configure(self) -> Config:
+        """Write the config (settings mode), load it, provision the bus; the children's
+        environment follows."""
+        url = self.bus_url
+        if self._cfg is None:
+            data: dict[str, Any] = {"home": str(self.home), **self.settings}
+            data["bus"] = {"url": url, **dict(self.settings.get("bus", {}))}
+            self.config_path = self.home / "config.yaml"
+            self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+            # The children's secrets (object-store keys, a source password) reach this
+            # process's config the same way as theirs: through TIDELAKE_… variables.
+            self._cfg = load_config(self.config_path, environ=self.extra_env)
+        home = self._cfg.home.resolve()
+        if self.config_path is not None:
+            self.env = run_env(self.config_path, home, url)
+        else:
+            self.env = {"TIDELAKE_HOME": str(home), "TIDELAKE_BUS__URL": url}
+        self.env.update(self.extra_env)
+        asyncio.run(provision(self._cfg.bus, url))
+        return self._cfg
+
+    def start_stages(self) -> list[StageProcess]:
+        """Start the stage processes (capture when ``capture.source`` is set, stager, ingest)."""
+        cfg = self.cfg
+        self.children = stage_children(
+            self.env,
+            cfg.home.resolve() / "logs",
+            capture=bool(cfg.capture.source),
+            ingest_interval_s=self.ingest_interval_s,
+        )
+        for child in self.children:
+            child.start()
+            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
+        return self.children
+
+    # -- health --------------------------------------------------------------------------------
+
+    def ingest_heartbeat(self) -> dict[str, Any] | None:
+        return read_heartbeat_file(self.cfg.lake_state_dir, "ingest")
+
+    def stager_heartbeat(self) -> dict[str, Any] | None:
+        """The stager's heartbeat, read through the staging storage (local or S3)."""
+        storage = open_storage(self.cfg.stage_root, self.cfg.storage.s3)
+        try:
+            return parse_heartbeat(storage.get(f"{HEARTBEAT_DIR}/{heartbeat_name('stager')}"))
+        except TidelakeError:
+            return None
+
+    def ingest_up(self) -> bool:
+        """The running ingest child has its Spark session (its own heartbeat says so)."""
+        ingest = self.child("ingest")
+        beat = self.ingest_heartbeat() or {}
+        return ingest.alive() and beat.get("pid") == ingest.pid and beat.get("state") in INGEST_UP
+
+    def stager_up(self) -> bool:
+        stager = self.child("stager")
+        beat = self.stager_heartbeat() or {}
+        return stager.alive() and beat.get("pid") == stager.pid and beat.get("state") == "running"
+
+    def healthy(self) -> bool:
+        return self.stager_up() and self.ingest_up()
+
+    def check_children(self) -> None:
+        """Raise :class:`StageExited` (with its log's tail) when a stage process has exited."""
+        for child in self.children:
+            if not child.alive():
+                raise StageExited(
+                    f"the {child.name} process exited ({child.returncode()}); its log:\n"
+                    + child.log_tail()
+                )
+
+    def wait_healthy(
+        self, timeout_s: float = 300.0, *, on_wait: Callable[[], None] | None = None
+    ) -> None:
+        """Until the stager and the ingest report healthy (see the module doc). A child that
+        exits meanwhile raises :class:`StageExited` — unless ``on_wait`` (called between two
+        looks: the chaos harness restarts children there) has brought it back."""
+        deadline = time.monotonic() + timeout_s
+        while not self.healthy():
+            if on_wait is not None:
+                on_wait()
+            else:
+                self.check_children()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the stager and the ingest not healthy within {timeout_s} s")
+            time.sleep(0.2)
+
+    async def dlq_depth(self) -> int:
+        """Messages in the dead-letter stream."""
+        nc = await connect(self.cfg.bus, self.bus_url)
+        try:
+            info = await nc.jetstream().stream_info(self.cfg.bus.dlq.name)
+            return int(info.state.messages)
+        finally:
+            await nc.close()
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def stop_stages(self, timeout_s: float | None = None) -> None:
+        """Stop the stage processes in start order: producer, stager, ingest."""
+        for child in self.children:
+            child.stop(timeout_s)
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """The stage processes (:meth:`stop_stages`), then the embedded bus."""
+        try:
+            self.stop_stages(timeout_s)
+        finally:
+            if self.nats is not None:
+                self.nats.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

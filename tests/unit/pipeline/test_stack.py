@@ -1,0 +1,53 @@
+"""The local stack's pure parts: which stage processes, in which order, and the home of a
+self-contained run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidelake.pipeline.processes import STAGE_STOP_TIMEOUT_S, stage_children
+from tidelake.pipeline.stack import HOME_MARKER, LocalStack, prepare_home
+
+
+def test_stage_children_start_the_producer_first_and_stop_with_a_grace() -> None:
+    """With a capture source: capture, stager, ingest (the stack stops them in this order);
+    the ingest gets the interval; every stage has the stage grace period after SIGTERM."""
+    children = stage_children({"A": "1"}, Path("/logs"), capture=True, ingest_interval_s=0.3)
+    assert ["capture", "stager", "ingest"] == [c.name for c in children]
+    assert ["capture"] == children[0].argv[-1:]
+    assert ["ingest", "--continuous", "--interval", "0.3"] == children[2].argv[-4:]
+    assert [Path("/logs/capture.log"), Path("/logs/stage.log"), Path("/logs/ingest.log")] == [
+        c.log_path for c in children
+    ]
+    assert {STAGE_STOP_TIMEOUT_S} == {c.stop_timeout_s for c in children}
+    assert [{"A": "1"}] * 3 == [c.env for c in children]
+
+
+def test_without_a_capture_source_there_is_no_capture_process() -> None:
+    """No capture.source: the stager and the ingest only."""
+    children = stage_children({}, Path("/logs"), capture=False, ingest_interval_s=1.0)
+    assert ["stager", "ingest"] == [c.name for c in children]
+
+
+def test_prepare_home_wipes_its_own_directory_and_refuses_any_other(tmp_path: Path) -> None:
+    """A home the demo made is wiped and marked again; a directory without the marker is
+    refused and left as it was."""
+    home = tmp_path / "demo"
+    prepare_home(home)
+    (home / "old").write_text("x")
+    prepare_home(home)
+    assert [HOME_MARKER] == [p.name for p in home.iterdir()]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "keep").write_text("x")
+    with pytest.raises(SystemExit, match="refusing to wipe"):
+        prepare_home(foreign)
+    assert ["keep"] == [p.name for p in foreign.iterdir()]
+
+
+def test_a_stack_takes_a_config_or_settings_not_both(tmp_path: Path) -> None:
+    """Neither or both of cfg and settings is a programming error."""
+    with pytest.raises(ValueError, match="either cfg or settings"):
+        LocalStack(tmp_path)
