@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tidelake.errors import BusError
+from tidelake.errors import BusError, is_terminal
+from tidelake.retry import async_retrying
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Longest pause between two attempts while the server is unreachable.
+#: First and longest pause between two attempts while the server is unreachable.
+FIRST_RETRY_PAUSE_S = 0.1
 MAX_RETRY_PAUSE_S = 1.0
 #: How often a wait for a PubAck checks whether its connection died.
 _ACK_POLL_S = 0.05
@@ -196,8 +198,6 @@ class Publisher:
         # Our own connection may still hold unsent messages that follow the failed one:
         # close it first, so only this loop sends anything until the backlog is stored.
         await self._drop_connection()
-        failing_since: float | None = None
-        pause = 0.1
         while self._in_flight:
             entry = self._in_flight[0]
             fut = entry.future
@@ -207,30 +207,45 @@ class Publisher:
                 if fut is not None and not fut.done():
                     fut.cancel()
                 entry.future = None
-                try:
-                    await self._ensure_connection()
-                    ack = await self._js.publish(
-                        entry.subject,
-                        entry.payload,
-                        headers=dict(entry.headers),
-                        timeout=self._timeout_s,
-                    )
-                except Exception as exc:
-                    now = time.monotonic()
-                    failing_since = failing_since or now
-                    if now - failing_since > self._give_up_s:
-                        raise BusError(
-                            f"cannot publish to {entry.subject} for {self._give_up_s:.0f} s: {exc}"
-                        ) from exc
-                    await self._drop_connection()
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, MAX_RETRY_PAUSE_S)
-                    continue
+                ack = await self._republish(entry)
                 self.republished += 1
-                failing_since, pause = None, 0.1
             self._in_flight.popleft()
             self._report(entry, ack)
         self._broken = False
+
+    async def _republish(self, entry: _InFlight) -> Any:
+        """Send ``entry`` alone and wait for its PubAck, on a fresh connection after each
+        failure, for up to ``give_up_s`` (unknown errors too: a stalled client, a closed
+        connection); a terminal refusal ends it at once. Raises :class:`BusError` from the
+        last error (so :func:`tidelake.errors.classify` sees a refusal as terminal)."""
+        try:
+            async for attempt in async_retrying(
+                f"republish to {entry.subject}",
+                deadline_s=self._give_up_s,
+                first_wait_s=FIRST_RETRY_PAUSE_S,
+                max_wait_s=MAX_RETRY_PAUSE_S,
+                retry_unknown=True,
+            ):
+                with attempt:
+                    try:
+                        await self._ensure_connection()
+                        return await self._js.publish(
+                            entry.subject,
+                            entry.payload,
+                            headers=dict(entry.headers),
+                            timeout=self._timeout_s,
+                        )
+                    except Exception:
+                        # Whatever this connection still buffers must never be sent later.
+                        await self._drop_connection()
+                        raise
+        except Exception as exc:
+            if is_terminal(exc):
+                raise BusError(f"JetStream refused a message to {entry.subject}: {exc}") from exc
+            raise BusError(
+                f"cannot publish to {entry.subject} for {self._give_up_s:.0f} s: {exc}"
+            ) from exc
+        raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _ensure_connection(self) -> None:
         """A connected client: the current one, or (own connection) a new one."""

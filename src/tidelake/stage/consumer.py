@@ -58,8 +58,9 @@ from nats.aio.msg import Msg
 from tidelake.bus import dlq
 from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
-from tidelake.errors import BusError, DecodeError
+from tidelake.errors import BusError, DecodeError, is_retryable
 from tidelake.formats import Decoded
+from tidelake.retry import async_retrying
 from tidelake.runtime.storage import Storage, open_storage
 from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
 from tidelake.stage.manifest import Manifest
@@ -411,18 +412,22 @@ class Stager:
             await asyncio.to_thread(self.storage.put, path, payload)
             headers[dlq.HEADER_PAYLOAD_STORED] = self.storage.uri(path)
             payload = b""
-        delay = 0.2
-        for attempt in range(1, DLQ_ATTEMPTS + 1):
-            try:
-                await self.js.publish(subject, payload, headers=headers, stream=self.bus.dlq.name)
-                break
-            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError) as exc:
-                if attempt == DLQ_ATTEMPTS:
-                    raise BusError(f"cannot publish message {seq} to the DLQ: {exc!r}") from exc
-                await asyncio.sleep(delay)
-                delay *= 2
-            except nats.js.errors.APIError as exc:
+        try:
+            async for attempt in async_retrying(
+                "publish to the DLQ", attempts=DLQ_ATTEMPTS, first_wait_s=0.2
+            ):
+                with attempt:
+                    await self.js.publish(
+                        subject, payload, headers=headers, stream=self.bus.dlq.name
+                    )
+        except Exception as exc:
+            # Out of attempts, or refused (400/404: the same copy is refused again): the
+            # batch is not staged, its messages are redelivered later.
+            if is_retryable(exc):
+                raise BusError(f"cannot publish message {seq} to the DLQ: {exc!r}") from exc
+            if isinstance(exc, nats.js.errors.APIError):
                 raise BusError(f"DLQ stream refused message {seq}: {exc}") from exc
+            raise
         batch.add_dead_lettered(msg, seq, len(msg.data), reason)
         self.stats.dead_lettered_by_reason[reason_bucket(reason)] += 1
         log.warning("dead-lettered", seq=seq, subject=msg.subject, reason=reason[:200])
