@@ -8,9 +8,6 @@ with 256 MB heaps. Its master's JSON page tells which applications ran on it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -20,7 +17,7 @@ from typing import Any
 
 import pyspark
 
-from tidelake.bus.server import free_port
+from tidelake.runtime.processes import ChildProcess, free_port, tcp_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -35,7 +32,7 @@ class SparkCluster:
     startup_timeout_s: float = 120.0
     port: int = field(default_factory=free_port)
     webui_port: int = field(default_factory=free_port)
-    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _procs: list[ChildProcess] = field(default_factory=list)
 
     @property
     def master_url(self) -> str:
@@ -43,7 +40,6 @@ class SparkCluster:
 
     def _env(self) -> dict[str, str]:
         return {
-            **os.environ,
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": "256m",
@@ -51,19 +47,25 @@ class SparkCluster:
             "SPARK_WORKER_DIR": str(self.work_dir / "worker"),
         }
 
-    def _spawn(self, name: str, *args: str) -> None:
+    def _spawn(self, name: str, *args: str, ready: Any) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        with (self.work_dir / f"{name}.log").open("ab") as out:
-            self._procs.append(
-                subprocess.Popen(
-                    [str(SPARK_HOME / "bin" / "spark-class"), *args],
-                    env=self._env(),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
+        proc = ChildProcess(
+            name,
+            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            log_path=self.work_dir / f"{name}.log",
+            env=self._env(),
+            ready=ready,
+            startup_timeout_s=self.startup_timeout_s,
+            stop_timeout_s=20,
+        )
+        self._procs.append(proc)
+        proc.start()
+
+    def _worker_alive(self, _proc: ChildProcess) -> bool:
+        try:
+            return any(w.get("state") == "ALIVE" for w in self.state().get("workers", []))
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
 
     def state(self) -> dict[str, Any]:
         """The master's ``/json/`` page: workers, active and completed applications."""
@@ -73,51 +75,40 @@ class SparkCluster:
         return data
 
     def start(self) -> SparkCluster:
-        self._spawn(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(self.webui_port),
-        )
-        self._spawn(
-            "worker",
-            "org.apache.spark.deploy.worker.Worker",
-            "--host",
-            "127.0.0.1",
-            "--webui-port",
-            str(free_port()),
-            "--cores",
-            str(self.worker_cores),
-            "--memory",
-            self.worker_memory,
-            self.master_url,
-        )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while True:
-            try:
-                if [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]:
-                    return self
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            dead = [p.args for p in self._procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"spark cluster did not come up ({dead}): {self.log_tail()}")
-            time.sleep(0.5)
+        try:
+            self._spawn(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.webui_port),
+                ready=tcp_port("127.0.0.1", self.webui_port),
+            )
+            self._spawn(
+                "worker",
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--webui-port",
+                str(free_port()),
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                self.master_url,
+                ready=self._worker_alive,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         for proc in reversed(self._procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            proc.stop()
         self._procs.clear()
 
     def log_tail(self, lines: int = 20) -> str:
