@@ -1,10 +1,21 @@
 """The dead-letter stream's contract: its subjects and the headers that say why.
 
 A message that cannot be staged is republished, payload untouched, to
-``<dlq.subject_prefix>.<original subject>`` with these headers.
+``<dlq.subject_prefix>.<original subject>`` with these headers, by :func:`publish` (the
+stager's and the ingest's one way to send a dead letter).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from tidelake.retry import async_retrying
+
+#: Attempts of one dead-letter publish (about 3 s of back-off in all) before the caller
+#: gives up: the stager's batch is then not staged, and redelivered later.
+PUBLISH_ATTEMPTS = 5
+#: First pause between two attempts (doubling, with jitter).
+PUBLISH_FIRST_WAIT_S = 0.2
 
 #: Why the message was dead-lettered: the decoder's reason, or ``max_deliver``.
 HEADER_REASON = "Tidelake-Reason"
@@ -52,3 +63,19 @@ def stored_payload_path(stream_seq: int) -> str:
 def header_bytes(headers: dict[str, str]) -> int:
     """Size of the NATS header block these headers make (``NATS/1.0`` line, ``k: v`` lines)."""
     return len(b"NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in headers.items())
+
+
+async def publish(
+    js: Any, subject: str, payload: bytes, headers: dict[str, str], *, stream: str
+) -> Any:
+    """Publish one dead letter to ``stream`` and return its PubAck, retrying a transient
+    failure (a timeout, no stream response, a closed connection: ``tidelake.errors``) up to
+    :data:`PUBLISH_ATTEMPTS` times; the last error is raised as it is. A refusal (400/404)
+    is raised at once. Retrying is safe: the ``Nats-Msg-Id`` header makes a copy stored
+    twice one message."""
+    async for attempt in async_retrying(
+        "publish to the DLQ", attempts=PUBLISH_ATTEMPTS, first_wait_s=PUBLISH_FIRST_WAIT_S
+    ):
+        with attempt:
+            return await js.publish(subject, payload, headers=headers, stream=stream)
+    raise AssertionError("unreachable: tenacity either returns or raises")

@@ -60,7 +60,6 @@ from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, DecodeError, is_retryable
 from tidelake.formats import Decoded
-from tidelake.retry import async_retrying
 from tidelake.runtime.storage import Storage, open_storage
 from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
 from tidelake.stage.manifest import Manifest
@@ -87,8 +86,6 @@ IDLE_FETCH_S = 1.0
 ONCE_FETCH_S = 0.3
 #: Shortest fetch: nats-py refuses a zero timeout.
 MIN_FETCH_S = 0.1
-#: DLQ publish attempts before the stager gives up (and its batch is redelivered later).
-DLQ_ATTEMPTS = 5
 
 
 @dataclass
@@ -413,13 +410,7 @@ class Stager:
             headers[dlq.HEADER_PAYLOAD_STORED] = self.storage.uri(path)
             payload = b""
         try:
-            async for attempt in async_retrying(
-                "publish to the DLQ", attempts=DLQ_ATTEMPTS, first_wait_s=0.2
-            ):
-                with attempt:
-                    await self.js.publish(
-                        subject, payload, headers=headers, stream=self.bus.dlq.name
-                    )
+            await dlq.publish(self.js, subject, payload, headers, stream=self.bus.dlq.name)
         except Exception as exc:
             # Out of attempts, or refused (400/404: the same copy is refused again): the
             # batch is not staged, its messages are redelivered later.
