@@ -10,7 +10,8 @@ stream beyond its checkpoint and its freshness is past ``stale_after_s``), ``cat
 (messages beyond its checkpoint, still fresh), ``fresh`` (its checkpoint covers the last
 message of its subject), ``unknown`` (the bus is unreachable). The pipeline is ``down`` when
 the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
-when the bus is unreachable or dead letters wait, ``healthy`` otherwise.
+when the bus is unreachable, dead letters wait or the ingest's state is unreadable,
+``healthy`` otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import structlog
 from tidelake.api.jetstream import JetStream, is_bus_error
 from tidelake.api.records import Histogram, LakeRecord, StageRecord
 from tidelake.config import Config
+from tidelake.lake.ledger import LedgerError
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
 from tidelake.runtime.storage import open_storage
 
@@ -61,6 +63,8 @@ class Snapshot:
     capture_lag_s: dict[str, float] = field(default_factory=dict)
     #: tidelake's own capture, when one runs here (TiCDC or Debezium producers write none).
     capture: dict[str, Any] | None = None
+    #: The ingest's state could not be read (``lake/ledger.py``: a malformed file, named).
+    lake_error: str | None = None
 
 
 def _capture_lag_s(data: bytes | None, seq: int, stored_ms: int | None) -> float | None:
@@ -105,7 +109,12 @@ class Monitor:
 
     async def _refresh(self) -> Snapshot:
         new = await asyncio.to_thread(self.stage.refresh)
-        await asyncio.to_thread(self.lake.refresh)
+        lake_error = None
+        try:
+            await asyncio.to_thread(self.lake.refresh)
+        except LedgerError as exc:
+            # The ingest stops on it too; status shows the last counts and names the file.
+            lake_error = str(exc)
         self._latency_todo.extend((m.seq_first, m.created_at_ms) for m in new)
         # Only the newest manifests are measured: a first scan of a long history must not
         # read a message per batch ever staged.
@@ -122,6 +131,7 @@ class Monitor:
             bus=None,
             bus_error=None,
             stale_after_s=self.stale_after_s,
+            lake_error=lake_error,
         )
         tables = sorted(set(self.lake.tables) | set(self.stage.totals.events_by_table))
         try:
@@ -158,6 +168,8 @@ def errors_of(snap: Snapshot) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if snap.bus_error:
         out.append({"source": "bus", "message": snap.bus_error})
+    if snap.lake_error:
+        out.append({"source": "ingest", "message": f"unreadable state: {snap.lake_error}"})
     for table, reason in snap.lake.paused.items():
         out.append({"source": "ingest", "table": table, "message": f"paused: {reason}"})
     for name, record in (
@@ -265,6 +277,8 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
             problems.append(f"{t['table']} is {t['state']}")
     if snap.bus_error:
         problems.append(f"the bus is unreachable: {snap.bus_error}")
+    if snap.lake_error:
+        problems.append(f"the ingest's state is unreadable: {snap.lake_error}")
     dlq = ((snap.bus or {}).get("dlq") or {}).get("messages", 0)
     if dlq:
         problems.append(f"{dlq} dead letter(s)")

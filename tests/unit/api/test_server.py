@@ -99,3 +99,20 @@ def test_times_are_unix_seconds_or_iso_8601_in_utc() -> None:
     assert parse_time_ms("2024-05-05T17:13:06") == 1_714_929_186_000
     with pytest.raises(ValueError, match="ISO"):
         parse_time_ms("yesterday")
+
+
+def test_a_malformed_state_file_is_named_in_the_status_not_a_server_error(
+    tmp_path: Path,
+) -> None:
+    """paused.json that is not JSON: /api/status still answers, and its errors and problems
+    name the file (the ingest stops on the same terminal error)."""
+    cfg = _config(tmp_path)
+    cfg.lake_state_dir.mkdir(parents=True)
+    (cfg.lake_state_dir / "paused.json").write_bytes(b"{torn")
+    response = _get(create_app(cfg), "/api/status")
+    assert 200 == response.status_code
+    status = response.json()
+    assert [True, True] == [
+        any("paused.json" in e["message"] for e in status["errors"]),
+        any("paused.json" in p for p in status["problems"]),
+    ]
