@@ -68,7 +68,6 @@ class _Options(TypedDict):
     retry: retry_base
     before_sleep: Callable[[tenacity.RetryCallState], None]
     reraise: bool
-    name: str
 
 
 #: Characters of an error's text logged per retry (a JVM error's message holds a stack trace).
@@ -92,9 +91,10 @@ def _should_retry(retry_unknown: bool) -> Callable[[BaseException], bool]:
 
 def _wait(first_wait_s: float, max_wait_s: float) -> wait_base:
     """Exponential back-off from ``first_wait_s``, doubling, capped at ``max_wait_s``, plus
-    up to ``first_wait_s`` of jitter (within the cap)."""
-    return tenacity.wait_exponential_jitter(
-        multiplier=first_wait_s, max=max_wait_s, exp_base=2, jitter=first_wait_s
+    up to ``first_wait_s`` of jitter (built from tenacity's oldest stable wait strategies,
+    so any tenacity 9 will do)."""
+    return tenacity.wait_exponential(multiplier=first_wait_s, max=max_wait_s) + (
+        tenacity.wait_random(0, first_wait_s)
     )
 
 
@@ -141,7 +141,6 @@ def _options(
         retry=tenacity.retry_if_exception(_should_retry(retry_unknown)),
         before_sleep=before_sleep,
         reraise=True,
-        name=what,
     )
 
 

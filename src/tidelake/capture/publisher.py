@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: First and longest pause between two attempts while the server is unreachable.
+#: First pause between two attempts while the server is unreachable, and the cap of its
+#: doubling (plus up to the first pause of jitter: tidelake.retry).
 FIRST_RETRY_PAUSE_S = 0.1
 MAX_RETRY_PAUSE_S = 1.0
 #: How often a wait for a PubAck checks whether its connection died.
