@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
-from tidelake.lake.spark import quote_identifier, register_table
+from tidelake.lake.hudi import local_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +37,46 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DATABASES_FILE = "databases.json"
+
+
+def quote_identifier(name: str) -> str:
+    """A Spark SQL identifier in backticks, inner backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def register_table(spark: SparkSession, database: str, table: str, path: str) -> None:
+    """Make ``database.table`` name the Hudi table at ``path`` in the session catalog."""
+    db, name = quote_identifier(database), quote_identifier(table)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+    local = local_dir(path)
+    wanted = (local.resolve().as_uri() if local is not None else path).rstrip("/")
+    if spark.catalog.tableExists(f"{db}.{name}"):
+        location = _table_location(spark, f"{db}.{name}")
+        if location is not None and _same_location(location, wanted):
+            return
+        # Another lake (a test's, a moved root) registered this name: the table is external,
+        # so dropping it forgets the name and leaves the data where it is.
+        spark.sql(f"DROP TABLE {db}.{name}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.{name} USING hudi LOCATION {_sql_string(wanted)}")
+
+
+def _same_location(location: str, wanted: str) -> bool:
+    if wanted.startswith("file://"):
+        return Path(location.removeprefix("file:")).resolve() == Path(
+            wanted.removeprefix("file://")
+        )
+    return location.rstrip("/") == wanted
+
+
+def _table_location(spark: SparkSession, qualified: str) -> str | None:
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect():
+        if row["col_name"] == "Location":
+            return str(row["data_type"])
+    return None
 
 
 def _qualified(database: str, table: str) -> str:

@@ -5,24 +5,18 @@ covers (DESIGN.md §3), so data and checkpoint cannot disagree: after a crash th
 resumes from the checkpoint of the latest completed commit, and an interrupted commit is
 rolled back by Hudi with its checkpoint.
 
-Reading goes through Hudi's own timeline API in the Spark JVM (``HoodieTableMetaClient``, the
-completed commits timeline, ``readCommitMetadata(...).getExtraMetadata()``), never by parsing
-timeline files by hand.
+This module holds the record only; ``lake/store.py`` reads it back from Hudi and
+``lake/rules.py`` decides the next one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from tidelake.errors import IngestError
-from tidelake.lake.hudi import CHECKPOINT_KEY
-from tidelake.lake.spark import table_exists
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 CHECKPOINT_VERSION = 1
 
@@ -79,45 +73,3 @@ class CommittedCheckpoint:
     checkpoint: TableCheckpoint
     instant: str
     completion_time: str | None
-
-
-def _meta_client(spark: SparkSession, path: str) -> Any:
-    jvm: Any = spark.sparkContext._jvm
-    if jvm is None:
-        raise IngestError("the Spark session has no JVM (stopped?)")
-    storage_conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(
-        spark.sparkContext._jsc.hadoopConfiguration()
-    )
-    return (
-        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
-        .setConf(storage_conf)
-        .setBasePath(path)
-        .build()
-    )
-
-
-def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | None:
-    """The checkpoint of the latest completed commit of the Hudi table at ``path`` that holds
-    one (compaction and clustering commits do not); None for a table not written yet."""
-    if not table_exists(spark, path):
-        return None
-    client = _meta_client(spark, path)
-    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
-    instants = timeline.getReverseOrderedInstants().iterator()
-    while instants.hasNext():
-        instant = instants.next()
-        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
-        text = extra.get(CHECKPOINT_KEY)
-        if text is not None:
-            return CommittedCheckpoint(
-                TableCheckpoint.from_json(str(text)),
-                str(instant.requestedTime()),
-                str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
-            )
-    return None
-
-
-def table_property(spark: SparkSession, path: str, key: str) -> str | None:
-    """One property of the table's ``hoodie.properties``, read through Hudi (any storage)."""
-    value = _meta_client(spark, path).getTableConfig().getProps().getProperty(key)
-    return None if value is None else str(value)

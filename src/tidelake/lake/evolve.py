@@ -45,14 +45,10 @@ skip-ddl``.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import structlog
 
 from tidelake.errors import TableRefused
@@ -60,19 +56,19 @@ from tidelake.events import ChangeEvent
 from tidelake.lake import ddl
 from tidelake.lake.catalog import create_database, drop_database
 from tidelake.lake.checkpoint import TableCheckpoint
-from tidelake.lake.hudi import DELETE_FIELD, split_table_id, table_path
+from tidelake.lake.hudi import DELETE_FIELD
+from tidelake.lake.rules import ddl_checkpoint
 from tidelake.lake.schema import LINEAGE_NAMES, converter, is_safe_widening, schema_for, spark_type
+from tidelake.lake.state import BlockedDdl
+from tidelake.lake.state import read_blocked as read_blocked  # re-exported for the CLI
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-    from tidelake.lake.ingest import TableWriter
+    from tidelake.lake.store import TableStore
 
 log = structlog.get_logger(__name__)
-
-TOMBSTONES_FILE = "dropped.json"
-BLOCKED_FILE = "ddl_blocked.json"
 
 
 class DdlBlocked(TableRefused):
@@ -87,72 +83,6 @@ class DdlBlocked(TableRefused):
             f"[{(event.ddl or '').strip()[:300]}] — `tidelake table skip-ddl {table_id}` "
             f"goes on without it, `tidelake table resume {table_id}` retries it"
         )
-
-
-class _JsonFile:
-    """A small JSON object in the state directory, replaced atomically, one writer at a time."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def read(self) -> dict[str, Any]:
-        try:
-            data = orjson.loads(self.path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def update(self, key: str, value: Any | None) -> None:
-        with self._lock:
-            data = self.read()
-            if value is None:
-                if key not in data:
-                    return
-                del data[key]
-            else:
-                data[key] = value
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-            os.replace(tmp, self.path)
-
-
-class Tombstones(_JsonFile):
-    """``dropped.json``: the last checkpoint of every table dropped (or renamed away)."""
-
-    def get(self, table_id: str) -> TableCheckpoint | None:
-        text = self.read().get(table_id)
-        return TableCheckpoint.from_json(text) if isinstance(text, str) else None
-
-    def put(self, table_id: str, checkpoint: TableCheckpoint) -> None:
-        self.update(table_id, checkpoint.to_json())
-
-    def remove(self, table_id: str) -> None:
-        self.update(table_id, None)
-
-
-class BlockedDdl(_JsonFile):
-    """``ddl_blocked.json``: per paused table, the DDL it waits on (read by ``skip-ddl``)."""
-
-    def record(self, blocked: DdlBlocked) -> None:
-        self.update(
-            blocked.table_id,
-            {
-                "seq": blocked.event.seq,
-                "position": blocked.event.position.encode(),
-                "ddl": blocked.event.ddl,
-                "reason": blocked.reason,
-            },
-        )
-
-    def clear(self, table_id: str) -> None:
-        self.update(table_id, None)
-
-
-def read_blocked(state_dir: Path) -> dict[str, dict[str, Any]]:
-    """``ddl_blocked.json`` as a dict (empty when absent)."""
-    return BlockedDdl(state_dir / BLOCKED_FILE).read()
 
 
 # --- the column plan of one table -----------------------------------------------------------
@@ -197,15 +127,18 @@ class DdlOutcome:
 
 
 class SchemaEvolver:
-    """Applies the operations of DDL events through one :class:`TableWriter`."""
+    """Applies the operations of DDL events to the tables of one :class:`TableStore`."""
 
-    def __init__(self, writer: TableWriter) -> None:
-        self.writer = writer
-        self.spark = writer.spark
-        self.config = writer.config
-        state = writer.config.lake_state_dir
-        self.tombstones = Tombstones(state / TOMBSTONES_FILE)
-        self.blocked = BlockedDdl(state / BLOCKED_FILE)
+    def __init__(self, store: TableStore) -> None:
+        self.store = store
+        self.spark = store.spark
+        self.config = store.config
+        self.tombstones = store.tombstones
+        self.blocked = BlockedDdl(store.config.lake_state_dir)
+
+    def record_blocked(self, blocked: DdlBlocked) -> None:
+        """Keep the DDL a table waits on (``ddl_blocked.json``, for ``skip-ddl``)."""
+        self.blocked.record(blocked.table_id, blocked.event, blocked.reason)
 
     # -- entry point
 
@@ -245,7 +178,7 @@ class SchemaEvolver:
                 # No table and no checkpoint: databases.json orders it (lake/catalog.py).
                 create_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
             elif isinstance(op, ddl.DropDatabase):
-                for loc in self.writer.tables_of(op.database):
+                for loc in self.store.tables_of(op.database):
                     outcomes += self._drop(loc, event, "drop database")
                 drop_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
             elif isinstance(op, ddl.RenameTable):
@@ -260,32 +193,21 @@ class SchemaEvolver:
 
     def _next(self, table_id: str, event: ChangeEvent) -> TableCheckpoint | None:
         """The table's checkpoint after ``event``; None when it already covers the event."""
-        previous = self.writer.checkpoint(table_id)
-        if previous is not None and previous.seq >= event.seq:
-            return None
-        position = event.position.encode()
-        if previous is not None and previous.position and previous.position > position:
-            position = previous.position
-        return TableCheckpoint(
-            seq=event.seq,
-            position=position,
-            schema_version=(previous.schema_version if previous else 0) + 1,
-            columns=dict(previous.columns) if previous else {},
-        )
+        return ddl_checkpoint(self.store.checkpoint(table_id), event)
 
     def _path(self, table_id: str) -> str:
-        return table_path(self.writer.lake_root, *split_table_id(table_id))
+        return self.store.path(table_id)
 
     def _exists(self, table_id: str) -> bool:
-        return self.writer.exists(self._path(table_id))
+        return self.store.exists(self._path(table_id))
 
     def _bump(self, table_id: str, event: ChangeEvent, action: str) -> list[DdlOutcome]:
         checkpoint = self._next(table_id, event)
         if checkpoint is None or not self._exists(table_id):
             return []
-        schema = self.writer.stored_schema(self._path(table_id))
+        schema = self.store.stored_schema(self._path(table_id))
         df = self.spark.createDataFrame([], schema)
-        instant = self.writer.commit(table_id, df, checkpoint)
+        instant = self.store.commit(table_id, df, checkpoint)
         return [DdlOutcome(table_id, action, checkpoint, instant)]
 
     # -- create
@@ -300,11 +222,11 @@ class SchemaEvolver:
             return self._bump(table_id, event, "create table (exists)")
         if op.like is not None:
             like_path = self._path(op.like.table_id)
-            if not self.writer.exists(like_path):
+            if not self.store.exists(like_path):
                 log.warning("CREATE TABLE LIKE a table the lake lacks", table=table_id)
                 return []
-            schema = self.writer.stored_schema(like_path)
-            pk = self.writer.stored_primary_key(like_path)
+            schema = self.store.stored_schema(like_path)
+            pk = self.store.stored_primary_key(like_path)
         else:
             if not op.primary_key:
                 log.warning("table without primary key not created", table=table_id)
@@ -314,9 +236,9 @@ class SchemaEvolver:
             pk = op.primary_key
             checkpoint = replace(checkpoint, columns=declared)
         df = self.spark.createDataFrame([], schema)
-        instant = self.writer.commit(table_id, df, checkpoint, pk=pk)
+        instant = self.store.commit(table_id, df, checkpoint, pk=pk)
         self.tombstones.remove(table_id)
-        self.writer.sync_catalog(table_id)
+        self.store.sync_catalog(table_id)
         return [DdlOutcome(table_id, "create table", checkpoint, instant)]
 
     # -- columns
@@ -337,8 +259,8 @@ class SchemaEvolver:
         if checkpoint is None or not self._exists(table_id):
             return []
         path = self._path(table_id)
-        schema = self.writer.stored_schema(path)
-        pk = self.writer.stored_primary_key(path)
+        schema = self.store.stored_schema(path)
+        pk = self.store.stored_primary_key(path)
         plan = self._plan(schema)
         for op in ops:
             reason = self._plan_op(plan, op, pk, event)
@@ -354,11 +276,11 @@ class SchemaEvolver:
         if plan.rewrite:
             df = self._rewritten(path, plan)
             rows = df.count()
-            instant = self.writer.commit(table_id, df, checkpoint, rewrite=True)
+            instant = self.store.commit(table_id, df, checkpoint, rewrite=True)
         else:
             df = self.spark.createDataFrame([], new_schema)
-            instant = self.writer.commit(table_id, df, checkpoint)
-        self.writer.sync_catalog(table_id)
+            instant = self.store.commit(table_id, df, checkpoint)
+        self.store.sync_catalog(table_id)
         action = "rewrite" if plan.rewrite else "schema"
         return [DdlOutcome(table_id, action, checkpoint, instant, rows, plan.changed)]
 
@@ -451,7 +373,7 @@ class SchemaEvolver:
     def _rewritten(self, path: str, plan: _Plan) -> DataFrame:
         from pyspark.sql import functions as F  # noqa: N812 (PySpark's own convention)
 
-        current = self.spark.read.format("hudi").load(path)
+        current = self.store.read(path)
         columns: list[Column] = []
         for f in plan.fields:
             if f.source is None:
@@ -473,10 +395,10 @@ class SchemaEvolver:
         checkpoint = self._next(table_id, event)
         if checkpoint is None or not self._exists(table_id):
             return []
-        schema = self.writer.stored_schema(self._path(table_id))
+        schema = self.store.stored_schema(self._path(table_id))
         df = self.spark.createDataFrame([], schema)
-        instant = self.writer.commit(table_id, df, checkpoint, rewrite=True)
-        self.writer.sync_catalog(table_id)
+        instant = self.store.commit(table_id, df, checkpoint, rewrite=True)
+        self.store.sync_catalog(table_id)
         return [DdlOutcome(table_id, "truncate", checkpoint, instant, 0)]
 
     def _drop(self, table_id: str, event: ChangeEvent, action: str) -> list[DdlOutcome]:
@@ -484,9 +406,9 @@ class SchemaEvolver:
         if checkpoint is None:
             return []
         # The tombstone first: should the process die before the directory is gone, the
-        # next look at the table finishes the drop (TableWriter.checkpoint).
+        # next look at the table finishes the drop (TableStore.checkpoint).
         self.tombstones.put(table_id, checkpoint)
-        self.writer.remove_table(table_id)
+        self.store.remove_table(table_id)
         return [DdlOutcome(table_id, action, checkpoint)]
 
     def _rename_table(self, old_id: str, new_id: str, event: ChangeEvent) -> list[DdlOutcome]:
@@ -496,7 +418,7 @@ class SchemaEvolver:
             return []  # the old name already carries the rename: done
         new_next = self._next(new_id, event)
         if new_next is not None and self._exists(old_id):
-            old_cp = self.writer.checkpoint(old_id)
+            old_cp = self.store.checkpoint(old_id)
             carried = TableCheckpoint(
                 seq=new_next.seq,
                 position=max(p for p in (old_next.position, new_next.position) if p),
@@ -506,17 +428,17 @@ class SchemaEvolver:
             old_path = self._path(old_id)
             if self._exists(new_id):
                 # At the source the new name was free: what the lake holds there is stale.
-                self.writer.remove_table(new_id)
-            pk = self.writer.stored_primary_key(old_path)
-            df = self.spark.read.format("hudi").load(old_path)
+                self.store.remove_table(new_id)
+            pk = self.store.stored_primary_key(old_path)
+            df = self.store.read(old_path)
             keep = [c for c in df.columns if not c.startswith("_hoodie_")]
             from pyspark.sql import functions as F  # noqa: N812
 
             copy = df.select(*[_quoted(c) for c in keep], F.lit(False).alias(DELETE_FIELD))
             rows = copy.count()
-            instant = self.writer.commit(new_id, copy, carried, pk=pk, rewrite=True)
+            instant = self.store.commit(new_id, copy, carried, pk=pk, rewrite=True)
             self.tombstones.remove(new_id)
-            self.writer.sync_catalog(new_id)
+            self.store.sync_catalog(new_id)
             outcomes.append(DdlOutcome(new_id, "rename table (to)", carried, instant, rows))
         outcomes += self._drop(old_id, event, "rename table (from)")
         return outcomes
@@ -554,19 +476,3 @@ def _quoted(name: str) -> str:
 
 def _op_name(op: ddl.Operation) -> str:
     return type(op).__name__
-
-
-def route(event: ChangeEvent) -> str:
-    """The table whose checkpoint decides whether a DDL event is applied.
-
-    Normally the event's own table. A statement naming other tables (``RENAME TABLE a TO b``,
-    ``DROP TABLE a, b``) is routed to the last table it changes, so that the event stays
-    unapplied until its last step is done: ``RENAME`` finishes by dropping ``a``, whose
-    tombstone then covers the event.
-    """
-    ops = ddl.parse_ddl(event.ddl or "", ddl.dialect_for(event.source), event.database)
-    last = None
-    for op in ops:
-        if isinstance(op, ddl.RenameTable | ddl.DropTable | ddl.TruncateTable | ddl.CreateTable):
-            last = op.table.table_id
-    return last or event.table_id

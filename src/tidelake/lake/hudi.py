@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from tidelake.config import LakeConfig
 
@@ -88,23 +88,6 @@ def local_dir(root: str) -> Path | None:
     if "://" in root:
         return None
     return Path(root)
-
-
-def discover_tables(lake_root: str) -> list[TableLocation]:
-    """Every Hudi table under a local lake root, as ``<db>/<table>/.hoodie``."""
-    base = local_dir(lake_root)
-    if base is None or not base.is_dir():
-        return []
-    found = []
-    for props in sorted(base.glob("*/*/.hoodie/hoodie.properties")):
-        table_dir = props.parent.parent
-        db_dir = table_dir.parent
-        if db_dir.name == TIDELAKE_DIR:
-            continue
-        found.append(
-            TableLocation(unquote(db_dir.name), unquote(table_dir.name), str(table_dir.resolve()))
-        )
-    return found
 
 
 def is_hudi_table(path: str) -> bool:
@@ -184,7 +167,7 @@ def write_options(
 
     ``record_index`` (unpartitioned tables): look keys up in the metadata table's record
     index; else use the SIMPLE index without a metadata table, which is cheaper while the
-    table is small (``TableWriter.uses_record_index`` decides; docs/benchmarks.md). Never
+    table is small (``TableStore.uses_record_index`` decides; docs/benchmarks.md). Never
     pass False for a table that has a metadata table: Hudi would delete it.
     """
     if not pk:

@@ -575,3 +575,12 @@ def is_safe_widening(old: DataType, new: DataType) -> bool:
     if isinstance(new, StringType):
         return old_int or isinstance(old, DecimalType | DateType | TimestampType)
     return False
+
+
+def source_fields(schema: StructType) -> dict[str, DataType]:
+    """The source columns of a table schema (no lineage, no ``_hoodie_*``) → Spark type."""
+    return {
+        f.name: f.dataType
+        for f in schema.fields
+        if f.name not in LINEAGE_NAMES and not f.name.startswith("_hoodie_")
+    }

@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from tidelake.config import Config, S3Config, SparkConfig
 from tidelake.errors import ConfigError
-from tidelake.lake.hudi import TableLocation, discover_tables, is_hudi_table, local_dir
+from tidelake.lake.catalog import register_databases, register_table
+from tidelake.lake.hudi import local_dir
+from tidelake.lake.store import discover_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,15 +39,6 @@ JAR_CACHE_ENV = "TIDELAKE_JAR_CACHE"
 #: S3A for lakes on object storage (scripts/jars.txt): hadoop-aws of PySpark 3.5.7's Hadoop
 #: (3.3.4, pyspark/jars/hadoop-client-api-3.3.4.jar) and the AWS SDK bundle its POM names.
 S3A_JARS = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar")
-
-
-def quote_identifier(name: str) -> str:
-    """A Spark SQL identifier in backticks, inner backticks doubled."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _repo_jar_cache() -> Path | None:
@@ -220,105 +213,15 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
     spark = builder.getOrCreate()
     apply_s3_credentials(spark, config.storage.s3)
     register_lake_tables(spark, config.lake_root)
-    from tidelake.lake.catalog import register_databases
-
     # A database the source created stays visible while it holds no table yet.
     register_databases(spark, config.lake_state_dir)
     return spark
 
 
-def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    """``(FileSystem, Path)`` of ``path`` in the session's JVM."""
-    jvm: Any = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
-
-
-def table_exists(spark: SparkSession, path: str) -> bool:
-    """True when ``path`` (local or on object storage) holds a Hudi table."""
-    if local_dir(path) is not None:
-        return is_hudi_table(path)
-    fs, hpath = _hadoop_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
-    return bool(fs.exists(hpath))
-
-
-def list_dir(spark: SparkSession, path: str) -> list[tuple[str, int]]:
-    """``(name, bytes)`` of the files directly in ``path`` (local or object storage)."""
-    local = local_dir(path)
-    if local is not None:
-        try:
-            return [(e.name, e.stat().st_size) for e in os.scandir(local) if e.is_file()]
-        except FileNotFoundError:
-            return []
-    fs, hpath = _hadoop_path(spark, path)
-    if not fs.exists(hpath):
-        return []
-    return [
-        (str(st.getPath().getName()), int(st.getLen()))
-        for st in fs.listStatus(hpath)
-        if st.isFile()
-    ]
-
-
-def discover_remote_tables(spark: SparkSession, lake_root: str) -> list[TableLocation]:
-    """Every Hudi table under a lake root on object storage, through the session's S3A."""
-    from urllib.parse import unquote
-
-    from tidelake.lake.hudi import TIDELAKE_DIR
-
-    root = lake_root.rstrip("/")
-    fs, pattern = _hadoop_path(spark, f"{root}/*/*/.hoodie/hoodie.properties")
-    found = []
-    for status in fs.globStatus(pattern) or []:
-        table_dir = status.getPath().getParent().getParent()
-        db_dir = table_dir.getParent()
-        if db_dir.getName() == TIDELAKE_DIR:
-            continue
-        table, database = str(table_dir.getName()), str(db_dir.getName())
-        found.append(TableLocation(unquote(database), unquote(table), f"{root}/{database}/{table}"))
-    return sorted(found, key=lambda t: t.path)
-
-
-def register_table(spark: SparkSession, database: str, table: str, path: str) -> None:
-    """Make ``database.table`` name the Hudi table at ``path`` in the session catalog."""
-    db, name = quote_identifier(database), quote_identifier(table)
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
-    local = local_dir(path)
-    wanted = (local.resolve().as_uri() if local is not None else path).rstrip("/")
-    if spark.catalog.tableExists(f"{db}.{name}"):
-        location = _table_location(spark, f"{db}.{name}")
-        if location is not None and _same_location(location, wanted):
-            return
-        # Another lake (a test's, a moved root) registered this name: the table is external,
-        # so dropping it forgets the name and leaves the data where it is.
-        spark.sql(f"DROP TABLE {db}.{name}")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.{name} USING hudi LOCATION {_sql_string(wanted)}")
-
-
-def _same_location(location: str, wanted: str) -> bool:
-    if wanted.startswith("file://"):
-        return Path(location.removeprefix("file:")).resolve() == Path(
-            wanted.removeprefix("file://")
-        )
-    return location.rstrip("/") == wanted
-
-
-def _table_location(spark: SparkSession, qualified: str) -> str | None:
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect():
-        if row["col_name"] == "Location":
-            return str(row["data_type"])
-    return None
-
-
 def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
     """Register every Hudi table under ``lake_root``; returns their ``db.table`` names."""
     names = []
-    found = (
-        discover_tables(lake_root)
-        if local_dir(lake_root) is not None
-        else discover_remote_tables(spark, lake_root)
-    )
-    for loc in found:
+    for loc in discover_tables(spark, lake_root):
         try:
             register_table(spark, loc.database, loc.table, loc.path)
             names.append(loc.table_id)

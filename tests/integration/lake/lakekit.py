@@ -17,9 +17,10 @@ from pyspark.sql import SparkSession
 
 from tidelake.config import Config, load_config
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.checkpoint import TableCheckpoint, read_checkpoint
+from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor, IngestStats
+from tidelake.lake.store import read_checkpoint
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
 from tidelake.verify.lake import read_table

@@ -25,7 +25,7 @@ from tidelake.api import control
 from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.evolve import read_blocked
+from tidelake.lake.state import read_blocked
 from tidelake.verify.lake import read_table
 
 REPO = Path(__file__).resolve().parents[3]

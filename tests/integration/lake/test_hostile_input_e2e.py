@@ -28,9 +28,9 @@ from stagekit import REPO, StageEnv, make_stage_env, run, stop_process
 from tidelake.bus import dlq
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import load_config
+from tidelake.lake.catalog import quote_identifier
 from tidelake.lake.hudi import table_path
 from tidelake.lake.ingest import Ingestor
-from tidelake.lake.spark import quote_identifier
 from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from lakekit import Lake, event
 from tidelake.events import ChangeEvent
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import CHECKPOINT_KEY, write_options
-from tidelake.lake.ingest import build_batch
+from tidelake.lake.rows import build_batch
 
 
 def _write(lake: Lake, events: Sequence[ChangeEvent], seq: int) -> None:

@@ -24,10 +24,10 @@ from golden import Case, load_cases, sort_key
 from tidelake.bus import dlq
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import load_config
-from tidelake.lake.checkpoint import read_checkpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.schema import TEXT_FORM, converter
+from tidelake.lake.store import read_checkpoint
 from tidelake.stage.consumer import KEY_HEADER
 from tidelake.verify.lake import read_table
 

@@ -24,7 +24,7 @@ from tidelake.lake.ddl import (
     Unsupported,
     parse_ddl,
 )
-from tidelake.lake.evolve import route
+from tidelake.lake.rules import route
 
 ORDERS = TableName("shop", "orders")
 

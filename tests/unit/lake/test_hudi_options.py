@@ -8,9 +8,9 @@ import pytest
 
 from tidelake.config import LakeConfig, SparkConfig, load_config
 from tidelake.errors import ConfigError
+from tidelake.lake.catalog import quote_identifier
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import (
-    discover_tables,
     hudi_table_name,
     split_table_id,
     table_path,
@@ -20,9 +20,9 @@ from tidelake.lake.spark import (
     HUDI_BUNDLE_JAR,
     S3A_JARS,
     hudi_jars,
-    quote_identifier,
     session_conf,
 )
+from tidelake.lake.store import discover_tables
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -86,7 +86,7 @@ def test_table_layout_names_are_safe_and_reversible(tmp_path: Path) -> None:
     (Path(path) / ".hoodie").mkdir(parents=True)
     (Path(path) / ".hoodie" / "hoodie.properties").write_text("hoodie.table.name=x\n")
     expected_ids = ["my db.order/s`x"]
-    assert expected_ids == [t.table_id for t in discover_tables(str(tmp_path))]
+    assert expected_ids == [t.table_id for t in discover_tables(None, str(tmp_path))]
     expected_split = ("db", "t.x")
     assert expected_split == split_table_id("db.t.x")
 

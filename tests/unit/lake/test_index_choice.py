@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tidelake.config import load_config
 from tidelake.lake.hudi import newest_base_file_bytes, write_options
-from tidelake.lake.ingest import TableWriter
+from tidelake.lake.store import TableStore
 
 
 def test_only_the_newest_version_of_each_base_file_counts() -> None:
@@ -49,7 +49,7 @@ def _table(root: Path, metadata_partitions: str, base_bytes: int) -> str:
     return str(path)
 
 
-def _writer(tmp_path: Path, threshold_mb: str) -> TableWriter:
+def _writer(tmp_path: Path, threshold_mb: str) -> TableStore:
     config = load_config(
         None,
         environ={
@@ -57,7 +57,7 @@ def _writer(tmp_path: Path, threshold_mb: str) -> TableWriter:
             "TIDELAKE_LAKE__RECORD_INDEX_FROM_MB": threshold_mb,
         },
     )
-    return TableWriter(config, spark=None)  # type: ignore[arg-type]  # local paths only
+    return TableStore(config, spark=None)  # type: ignore[arg-type]  # local paths only
 
 
 def test_the_choice_follows_size_and_sticks_once_a_metadata_table_exists(

@@ -1,4 +1,5 @@
-"""Pure ingest logic: checkpoint filtering, collapsing by position, typed rows."""
+"""Row typing (``lake/rows.py``): collapsed events become typed Spark rows; values that do not
+fit their column are refused with the reason."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import pytest
 from pyspark.sql.types import DecimalType
 
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.checkpoint import TableCheckpoint
-from tidelake.lake.ingest import TableTypes, build_batch, collapse, filter_events
+from tidelake.lake.rows import TableTypes, build_batch
 
 TYPES = {"id": "bigint", "status": "varchar(8)"}
 
@@ -43,63 +43,6 @@ def ev(
 
 def key_of(image: Any) -> tuple[Any, ...]:
     return (int(image["id"]),)
-
-
-def test_filter_drops_what_the_checkpoint_covers_by_sequence_and_by_position() -> None:
-    """seq <= checkpoint seq: duplicate; row position < watermark: stale; a position equal
-    to the watermark is kept (it may be a new event sharing it); DDL is not stale."""
-    checkpoint = TableCheckpoint(seq=5, position=Position((50, 0)).encode())
-    events = [
-        ev("insert", 1, (40, 0), 4),  # redelivered
-        ev("update", 1, (45, 0), 6),  # republished, older than the watermark
-        ev("update", 2, (50, 0), 7),  # equal to the watermark: a snapshot row sharing it
-        ev("update", 1, (51, 0), 8),  # new
-        ev("update", 1, (51, 0), 8),  # the same message twice in one round
-    ]
-    ddl = ChangeEvent("test", "shop", "orders", Op.DDL, Position((49, 0)), ddl="x", seq=9)
-    out = filter_events([*events, ddl], checkpoint)
-    expected = ([7, 8, 9], 2, 1)
-    assert expected == ([e.seq for e in out.kept], out.duplicates, out.stale)
-
-
-def test_filter_without_checkpoint_keeps_everything_once() -> None:
-    """A table never written keeps every event (only exact copies are dropped)."""
-    events = [ev("insert", 1, (1, 0), 1), ev("insert", 2, (2, 0), 2), ev("insert", 2, (2, 0), 2)]
-    out = filter_events(events, None)
-    expected = ([1, 2], 1, 0)
-    assert expected == ([e.seq for e in out.kept], out.duplicates, out.stale)
-
-
-def test_collapse_keeps_the_last_change_by_position_not_by_file_order() -> None:
-    """Two updates in one transaction (same commit, same millisecond): the row index decides."""
-    events = [
-        ev("insert", 1, (10, 0), 1, "new"),
-        ev("update", 1, (11, 1), 3, "second"),
-        ev("update", 1, (11, 0), 2, "first"),
-    ]
-    changes = collapse(events, key_of)
-    expected = [((1,), False, "second")]
-    assert expected == [(c.key, c.delete, c.row["status"]) for c in changes]
-
-
-def test_collapse_last_delete_wins_and_delete_then_reinsert_is_an_upsert() -> None:
-    """A key whose last event is a DELETE is deleted; DELETE then INSERT is an upsert."""
-    events = [
-        ev("insert", 1, (1, 0), 1, "a"),
-        ev("delete", 1, (2, 0), 2, "a"),
-        ev("insert", 2, (3, 0), 3, "b"),
-        ev("delete", 2, (4, 0), 4, "b"),
-        ev("insert", 2, (5, 0), 5, "b2"),
-    ]
-    expected = [((1,), True), ((2,), False)]
-    assert expected == [(c.key, c.delete) for c in collapse(events, key_of)]
-
-
-def test_collapse_a_key_changing_update_deletes_the_old_key() -> None:
-    """A binlog UPDATE whose ``before`` holds another key: old key deleted, new key upserted."""
-    events = [ev("update", 20, (7, 0), 1, "x", before={"id": "2", "status": "x"})]
-    expected = [((2,), True), ((20,), False)]
-    assert expected == sorted((c.key, c.delete) for c in collapse(events, key_of))
 
 
 def test_build_batch_types_rows_and_marks_deletes() -> None:
@@ -284,66 +227,3 @@ def test_build_batch_unions_columns_across_events() -> None:
     batch = build_batch("shop.orders", [first, wider], ("id",))
     expected = [(1, "a", None), (2, "b", Decimal("1.50"))]
     assert expected == [row[:3] for row in batch.rows]
-
-
-def _lake_after(batches: list[list[ChangeEvent]]) -> dict[int, str | None]:
-    """The lake a sequence of ingest rounds leaves: filter by the checkpoint, collapse, merge
-    each key by position as Hudi's event-time ordering does (ties: the incoming record)."""
-    lake: dict[int, tuple[Position, str | None, bool]] = {}
-    checkpoint: TableCheckpoint | None = None
-    for batch in batches:
-        kept = filter_events(batch, checkpoint).kept
-        for change in collapse(kept, key_of):
-            held = lake.get(change.key[0])
-            if held is None or held[0] <= change.event.position:
-                lake[change.key[0]] = (
-                    change.event.position,
-                    change.row.get("status"),
-                    change.delete,
-                )
-        positions = [e.position.encode() for e in batch]
-        if checkpoint is not None and checkpoint.position:
-            positions.append(checkpoint.position)
-        checkpoint = TableCheckpoint(max(e.seq for e in batch), max(positions))
-    return {k: v[1] for k, v in sorted(lake.items()) if not v[2]}
-
-
-def test_a_snapshot_sharing_one_position_lands_whole_wherever_batches_are_cut() -> None:
-    """Debezium gives every snapshot row of a table one source position: cut into any number
-    of batches, every row lands (none is taken for a republished copy), and so does a change
-    streamed after it."""
-    snapshot = [ev("insert", k, (7, 0), k, f"s{k}") for k in range(1, 41)]
-    stream = [ev("update", 3, (9, 0), 41, "u3"), ev("delete", 5, (9, 1), 42)]
-    events = snapshot + stream
-    whole = _lake_after([events])
-    assert 39 == len(whole)
-    assert "u3" == whole[3]
-    for size in (1, 2, 3, 7, 13, 40):
-        batches = [events[i : i + size] for i in range(0, len(events), size)]
-        assert whole == _lake_after(batches), f"batches of {size}"
-
-
-def test_a_key_change_split_by_a_batch_cut_lands_whole() -> None:
-    """A primary-key change that Debezium sends as a delete of the old key and a create of the
-    new one at the same source position: a cut between the two changes nothing."""
-    events = [
-        ev("insert", 1, (5, 0), 1, "a"),
-        ev("delete", 1, (8, 0), 2),
-        ev("insert", 2, (8, 0), 3, "a"),
-        ev("update", 2, (9, 0), 4, "b"),
-    ]
-    whole = _lake_after([events])
-    assert {2: "b"} == whole
-    for cut in range(1, len(events)):
-        assert whole == _lake_after([events[:cut], events[cut:]]), f"cut at {cut}"
-
-
-def test_a_group_redelivered_after_a_cut_changes_nothing() -> None:
-    """Republishing a whole equal-position group after part of it was applied (a producer
-    restarted mid-snapshot) leaves the same lake: the copies at the watermark re-apply the
-    same images; those below it are dropped."""
-    group = [ev("insert", k, (7, 0), k, f"s{k}") for k in range(1, 6)]
-    again = [ev("insert", k, (7, 0), 10 + k, f"s{k}") for k in range(1, 6)]
-    whole = _lake_after([group])
-    for cut in range(1, len(group) + 1):
-        assert whole == _lake_after([group[:cut], again])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelake.lake.spark import _sql_string, quote_identifier
+from tidelake.lake.catalog import _sql_string, quote_identifier
 
 PACKAGE = Path(__file__).resolve().parents[3] / "src" / "tidelake"
 

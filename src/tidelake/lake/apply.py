@@ -1,0 +1,253 @@
+"""One table's share of a round: rules → rows → store, and the commit records it leaves.
+
+For the events of one table (stream order, a DDL only as the round's last event):
+
+1. drop what the table's checkpoint covers (``lake/rules.py`` :func:`filter_events`);
+2. type the rows (``lake/rows.py`` :func:`build_batch`, which collapses them by key);
+   values that cannot be stored exactly go to the dead-letter stream first;
+3. commit them with the next checkpoint (:func:`rows_checkpoint`) through the table store
+   (``lake/store.py``); a DDL goes to the schema evolver (``lake/evolve.py``) after the rows
+   before it, each commit carrying its own checkpoint.
+
+Each Hudi commit yields one ``commits.jsonl`` record (built here, in one place per kind).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pyspark.sql.types import StructType
+
+from tidelake.config import Config
+from tidelake.errors import IngestError, TableRefused
+from tidelake.events import ChangeEvent, Op
+from tidelake.lake.checkpoint import TableCheckpoint
+from tidelake.lake.dead_letters import DeadLetters, Rejected
+from tidelake.lake.evolve import DdlBlocked, DdlOutcome, SchemaEvolver
+from tidelake.lake.rows import RowTyping, TableBatch, build_batch
+from tidelake.lake.rules import filter_events, rows_checkpoint
+from tidelake.lake.store import TableStore
+
+log = structlog.get_logger(__name__)
+
+#: Test hook: ``after_ddl_commit`` SIGKILLs the ingest's process group right after a DDL's
+#: commit(s), before anything else (the next batch, the cursor hint, commits.jsonl).
+CRASH_HOOK_ENV = "TEST_TIDELAKE_INGEST_CRASH_AT"
+
+
+def _crash_point(point: str) -> None:
+    if os.environ.get(CRASH_HOOK_ENV) == point:
+        log.warning("crash hook", point=point)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+@dataclass
+class TableResult:
+    """One table's share of a round: the commits.jsonl line, or why nothing was written."""
+
+    table: str
+    #: One commits.jsonl line per Hudi commit (rows; a DDL may add one per table it changes).
+    commits: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: int = 0
+    stale: int = 0
+    refused: str | None = None
+
+    @property
+    def committed(self) -> dict[str, Any] | None:
+        """The last commit of the round, if any."""
+        return self.commits[-1] if self.commits else None
+
+
+def _ms_now() -> int:
+    return int(time.time() * 1000)
+
+
+def ddl_record(
+    outcome: DdlOutcome, event: ChangeEvent, table: str | None, action: str, started: float
+) -> dict[str, Any]:
+    """The commits.jsonl line of one table a DDL changed; ``table``: the table the DDL was
+    routed to (None for a database DDL: the shorter record ``status`` shows for those)."""
+    ckpt = outcome.checkpoint
+    record: dict[str, Any] = {
+        "table": outcome.table_id,
+        "instant": outcome.instant,
+        "seq_from": event.seq - 1,
+        "seq": ckpt.seq,
+        "position": ckpt.position,
+        "schema_version": ckpt.schema_version,
+        "events": 1 if outcome.table_id == table else 0,
+        "upserts": 0,
+        "deletes": 0,
+        "ddl": 1,
+        "ddl_type": event.ddl_type,
+        "ddl_action": action,
+    }
+    if table is None:
+        return record | {"committed_at_ms": _ms_now()}
+    return record | {
+        "ddl_changes": outcome.ops,
+        "rows_rewritten": outcome.rows_rewritten,
+        "skipped_duplicates": 0,
+        "skipped_stale": 0,
+        "committed_at_ms": _ms_now(),
+        "max_commit_ts_ms": event.commit_ts_ms,
+        "commit_ts_ms_p50": event.commit_ts_ms,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+    }
+
+
+class TableApplier:
+    """Applies one table's events of a round through the store and the schema evolver."""
+
+    def __init__(self, config: Config, store: TableStore) -> None:
+        self.config = config
+        self.store = store
+        self.spark = store.spark
+        self.typing = RowTyping(config)
+        self.dead_letters = DeadLetters(config)
+        self.evolver = SchemaEvolver(store)
+
+    def apply(self, table_id: str, events: Sequence[ChangeEvent], seq_last: int) -> TableResult:
+        """Apply one round's events of one table: one Hudi commit for its rows, and for a DDL
+        (the last event of a round) the rows before it first, then the schema change."""
+        result = TableResult(table_id)
+        filtered = filter_events(events, self.store.checkpoint(table_id))
+        result.duplicates, result.stale = filtered.duplicates, filtered.stale
+        segment: list[ChangeEvent] = []
+        for event in filtered.kept:
+            if event.op is not Op.DDL:
+                segment.append(event)
+                continue
+            if segment:
+                # Rows before the DDL land under the old schema; their checkpoint stops
+                # right before the DDL, so a crash between the two commits is safe.
+                self._apply_rows(result, segment, event.seq - 1)
+                segment = []
+            try:
+                self._apply_ddl(result, event)
+            except DdlBlocked as exc:
+                self.evolver.record_blocked(exc)
+                result.refused = str(exc)
+                return result
+        if segment:
+            self._apply_rows(result, segment, seq_last)
+        return result
+
+    def apply_database_ddl(self, db_id: str, events: Sequence[ChangeEvent]) -> TableResult:
+        """``CREATE DATABASE``, ``DROP DATABASE`` …: applied table by table, each idempotent
+        by its own checkpoint (there is no database checkpoint)."""
+        result = TableResult(db_id)
+        for event in events:
+            started = time.monotonic()
+            for outcome in self.evolver.apply(db_id, event):
+                result.commits.append(ddl_record(outcome, event, None, outcome.action, started))
+        return result
+
+    def _apply_ddl(self, result: TableResult, event: ChangeEvent) -> None:
+        from tidelake.api.control import skipped_ddl_seq
+
+        started = time.monotonic()
+        skip = skipped_ddl_seq(self.config.lake_state_dir, result.table) == event.seq
+        for outcome in self.evolver.apply(result.table, event, skip=skip):
+            action = "skipped" if skip else outcome.action
+            result.commits.append(ddl_record(outcome, event, result.table, action, started))
+        _crash_point("after_ddl_commit")
+
+    def _apply_rows(
+        self, result: TableResult, row_events: Sequence[ChangeEvent], seq_last: int
+    ) -> None:
+        """Upsert row events in one Hudi commit with the table's next checkpoint; events
+        whose values the table cannot store exactly go to the dead-letter stream first."""
+        started = time.monotonic()
+        table_id = result.table
+        store = self.store
+        previous = store.checkpoint(table_id)
+        path = store.path(table_id)
+        existed = store.exists(path)
+        stored = store.stored_types(table_id, path) if existed else {}
+        stored_key = store.stored_primary_key(path) if existed else None
+        pk, no_key = self.typing.primary_key(table_id, row_events, stored_key)
+        types, declared = self.typing.types(table_id, row_events, pk, stored, previous)
+        if no_key:
+            batch = TableBatch(
+                {}, StructType([]), [], 0, 0, [Rejected(e, no_key) for e in row_events]
+            )
+        else:
+            batch = build_batch(
+                table_id,
+                row_events,
+                pk,
+                types=types,
+                current=lambda keys, cols: store.current_values(path, pk, stored, keys, cols),
+            )
+        if batch.rejected:
+            self._dead_letter(table_id, batch.rejected)
+        checkpoint = rows_checkpoint(
+            previous,
+            seq_last,
+            row_events,
+            {n: t for n, t in declared.items() if n in batch.columns},
+        )
+        if not batch.rows and not existed:
+            return  # every event dead-lettered, and no table to carry the checkpoint
+        schema = batch.schema if batch.rows else store.stored_schema(path)
+        df = self.spark.createDataFrame(batch.rows, schema)
+        built = time.monotonic()
+        instant = store.commit(table_id, df, checkpoint, pk=pk or stored_key)
+        if not existed:
+            store.sync_catalog(table_id)
+        result.commits.append(
+            self._rows_record(result, row_events, batch, previous, checkpoint, instant)
+            | {
+                "duration_ms": int((time.monotonic() - started) * 1000),
+                # of which: the rows built in Python and handed to Spark
+                "prepare_ms": int((built - started) * 1000),
+            }
+        )
+
+    @staticmethod
+    def _rows_record(
+        result: TableResult,
+        row_events: Sequence[ChangeEvent],
+        batch: TableBatch,
+        previous: TableCheckpoint | None,
+        checkpoint: TableCheckpoint,
+        instant: str,
+    ) -> dict[str, Any]:
+        """The commits.jsonl line of a commit of rows (the caller adds its durations)."""
+        commit_ms = sorted(e.commit_ts_ms for e in row_events if e.commit_ts_ms is not None)
+        return {
+            "table": result.table,
+            "instant": instant,
+            "seq_from": previous.seq if previous else 0,
+            "seq": checkpoint.seq,
+            "position": checkpoint.position,
+            "schema_version": checkpoint.schema_version,
+            "events": len(row_events),
+            "upserts": batch.upserts,
+            "deletes": batch.deletes,
+            "dead_lettered": len(batch.rejected),
+            "ddl": 0,
+            "skipped_duplicates": result.duplicates,
+            "skipped_stale": result.stale,
+            "committed_at_ms": _ms_now(),
+            "max_commit_ts_ms": commit_ms[-1] if commit_ms else None,
+            "commit_ts_ms_p50": int(statistics.median_low(commit_ms)) if commit_ms else None,
+        }
+
+    def _dead_letter(self, table_id: str, rejected: Sequence[Rejected]) -> None:
+        """Dead-letter ``rejected`` (acked before the commit that passes them), or pause the
+        table when no bus is configured to take them."""
+        if not self.dead_letters.available:
+            raise TableRefused(f"{rejected[0].reason} (no bus.url to dead-letter it)")
+        try:
+            self.dead_letters.publish(rejected)
+        except Exception as exc:  # a bus error: the round is retried, nothing is committed
+            raise IngestError(f"{table_id}: dead letters not published: {exc}") from exc

@@ -1,0 +1,426 @@
+"""The table store: every access of the lake's Hudi tables goes through here.
+
+One :class:`TableStore` per ingest (one Spark session) writes and reads the tables:
+
+* commits: an upsert (or, for a DDL, a rewrite) whose commit metadata holds the table's new
+  :class:`~tidelake.lake.checkpoint.TableCheckpoint`, read back and verified after the write;
+* checkpoints: read from Hudi's timeline once per table, then kept current by our commits;
+  a dropped table answers with its tombstone (``dropped.json``);
+* the index each commit uses (:meth:`TableStore.uses_record_index`), the stored schema and
+  record key (``hoodie.properties``, parsed in :func:`hoodie_properties`), catalog sync,
+  table deletion, the JVM warm-up;
+* the one table discovery (:func:`discover_tables`), for a lake on the local filesystem and
+  on object storage alike (through the session's Hadoop FileSystem: ``s3a://``).
+
+Reading checkpoints goes through Hudi's own timeline API in the Spark JVM
+(``HoodieTableMetaClient``, the completed commits timeline,
+``readCommitMetadata(...).getExtraMetadata()``), never by parsing timeline files by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import javaproperties
+import structlog
+
+from tidelake.config import Config
+from tidelake.errors import IngestError
+from tidelake.lake.catalog import sync_table, unregister_table
+from tidelake.lake.checkpoint import CommittedCheckpoint, TableCheckpoint
+from tidelake.lake.hudi import (
+    CHECKPOINT_KEY,
+    DELETE_FIELD,
+    METADATA_PARTITIONS_KEY,
+    ORDERING_FIELD,
+    TIDELAKE_DIR,
+    TableLocation,
+    discard_interrupted_creation,
+    is_hudi_table,
+    local_dir,
+    newest_base_file_bytes,
+    split_table_id,
+    table_path,
+    write_options,
+)
+from tidelake.lake.jvm_errors import describe_error
+from tidelake.lake.schema import source_fields
+from tidelake.lake.state import Tombstones
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+log = structlog.get_logger(__name__)
+
+RECORD_KEY_PROPERTY = "hoodie.table.recordkey.fields"
+
+
+# --- files, local or through the session's Hadoop FileSystem ---------------------------------
+
+
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """``(FileSystem, Path)`` of ``path`` in the session's JVM."""
+    jvm: Any = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` (local or on object storage) holds a Hudi table."""
+    if local_dir(path) is not None:
+        return is_hudi_table(path)
+    fs, hpath = _hadoop_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
+    return bool(fs.exists(hpath))
+
+
+def list_dir(spark: SparkSession, path: str) -> list[tuple[str, int]]:
+    """``(name, bytes)`` of the files directly in ``path`` (local or object storage)."""
+    local = local_dir(path)
+    if local is not None:
+        try:
+            return [(e.name, e.stat().st_size) for e in os.scandir(local) if e.is_file()]
+        except FileNotFoundError:
+            return []
+    fs, hpath = _hadoop_path(spark, path)
+    if not fs.exists(hpath):
+        return []
+    return [
+        (str(st.getPath().getName()), int(st.getLen()))
+        for st in fs.listStatus(hpath)
+        if st.isFile()
+    ]
+
+
+def discover_tables(spark: SparkSession | None, lake_root: str) -> list[TableLocation]:
+    """Every Hudi table under a lake root, as ``<db>/<table>/.hoodie/hoodie.properties``,
+    sorted by path: a local root is globbed here, one on object storage through the
+    session's Hadoop FileSystem (``spark`` may be None for a local root only)."""
+    base = local_dir(lake_root)
+    if base is not None:
+        if not base.is_dir():
+            return []
+        found = [
+            (props.parent.parent.parent.name, props.parent.parent.name, props.parent.parent)
+            for props in base.glob("*/*/.hoodie/hoodie.properties")
+        ]
+        return sorted(
+            (
+                TableLocation(unquote(db), unquote(table), str(table_dir.resolve()))
+                for db, table, table_dir in found
+                if db != TIDELAKE_DIR
+            ),
+            key=lambda t: t.path,
+        )
+    if spark is None:
+        raise ValueError(f"{lake_root}: discovering tables on object storage needs Spark")
+    root = lake_root.rstrip("/")
+    fs, pattern = _hadoop_path(spark, f"{root}/*/*/.hoodie/hoodie.properties")
+    remote = []
+    for status in fs.globStatus(pattern) or []:
+        table_dir = status.getPath().getParent().getParent()
+        db, table = str(table_dir.getParent().getName()), str(table_dir.getName())
+        if db != TIDELAKE_DIR:
+            remote.append(TableLocation(unquote(db), unquote(table), f"{root}/{db}/{table}"))
+    return sorted(remote, key=lambda t: t.path)
+
+
+# --- Hudi's own view of a table ----------------------------------------------------------------
+
+
+def _meta_client(spark: SparkSession, path: str) -> Any:
+    jvm: Any = spark.sparkContext._jvm
+    if jvm is None:
+        raise IngestError("the Spark session has no JVM (stopped?)")
+    storage_conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(
+        spark.sparkContext._jsc.hadoopConfiguration()
+    )
+    return (
+        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
+        .setConf(storage_conf)
+        .setBasePath(path)
+        .build()
+    )
+
+
+def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | None:
+    """The checkpoint of the latest completed commit of the Hudi table at ``path`` that holds
+    one (compaction and clustering commits do not); None for a table not written yet."""
+    if not table_exists(spark, path):
+        return None
+    client = _meta_client(spark, path)
+    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    instants = timeline.getReverseOrderedInstants().iterator()
+    while instants.hasNext():
+        instant = instants.next()
+        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+        text = extra.get(CHECKPOINT_KEY)
+        if text is not None:
+            return CommittedCheckpoint(
+                TableCheckpoint.from_json(str(text)),
+                str(instant.requestedTime()),
+                str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
+            )
+    return None
+
+
+def hoodie_properties(spark: SparkSession | None, path: str) -> Mapping[str, str]:
+    """The table's ``.hoodie/hoodie.properties``: parsed from the file on a local lake (a
+    Java properties file), read through Hudi's table config on object storage."""
+    local = local_dir(path)
+    if local is not None:
+        props = local / ".hoodie" / "hoodie.properties"
+        parsed: dict[str, str] = javaproperties.loads(props.read_text(encoding="latin-1"))
+        return parsed
+    if spark is None:
+        raise ValueError(f"{path}: reading a table on object storage needs Spark")
+    held = _meta_client(spark, path).getTableConfig().getProps()
+    return {str(k): str(held.getProperty(k)) for k in held.stringPropertyNames()}
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+class TableStore:
+    """The Hudi tables of one lake, through one Spark session."""
+
+    def __init__(
+        self, config: Config, spark: SparkSession, tombstones: Tombstones | None = None
+    ) -> None:
+        self.config = config
+        self.spark = spark
+        self.lake_root = config.lake_root
+        self.tombstones = tombstones or Tombstones(config.lake_state_dir)
+        self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
+        #: Per table: the Spark types of the columns it stores (kept current by our commits).
+        self._stored: dict[str, dict[str, DataType]] = {}
+
+    def path(self, table_id: str) -> str:
+        """Where the table of ``db.table`` lives (``lake/hudi.py``)."""
+        return table_path(self.lake_root, *split_table_id(table_id))
+
+    # -- checkpoints
+
+    def checkpoint(self, table_id: str) -> TableCheckpoint | None:
+        """The table's checkpoint: read from Hudi once, then kept current by our commits.
+
+        A dropped table answers with its tombstone (``lake/evolve.py``); a drop that was
+        interrupted after its tombstone is finished here.
+        """
+        if table_id not in self._checkpoints:
+            committed = read_checkpoint(self.spark, self.path(table_id))
+            tombstone = self.tombstones.get(table_id)
+            if tombstone is not None and (
+                committed is None or committed.checkpoint.seq < tombstone.seq
+            ):
+                if committed is not None:
+                    log.warning("finishing an interrupted drop", table=table_id)
+                    self.remove_table(table_id)
+                committed = CommittedCheckpoint(tombstone, "dropped", None)
+            elif tombstone is not None:
+                self.tombstones.remove(table_id)  # re-created after the drop
+            self._checkpoints[table_id] = committed
+        held = self._checkpoints[table_id]
+        return held.checkpoint if held else None
+
+    def forget(self, table_id: str) -> None:
+        """Re-read the checkpoint from Hudi next time (after a failed write)."""
+        self._checkpoints.pop(table_id, None)
+        self._stored.pop(table_id, None)
+
+    # -- writing
+
+    def commit(
+        self,
+        table_id: str,
+        df: DataFrame,
+        checkpoint: TableCheckpoint,
+        *,
+        pk: Sequence[str] | None = None,
+        rewrite: bool = False,
+    ) -> str:
+        """Write ``df`` to the table in one Hudi commit holding ``checkpoint``; its instant."""
+        database, table = split_table_id(table_id)
+        path = self.path(table_id)
+        key = tuple(pk) if pk else self.stored_primary_key(path)
+        if discard_interrupted_creation(path):  # a kill -9 while Hudi created the table
+            log.warning("removed a table whose creation was interrupted", table=table_id)
+        options = write_options(
+            self.config.lake,
+            database,
+            table,
+            key,
+            {CHECKPOINT_KEY: checkpoint.to_json()},
+            rewrite=rewrite,
+            record_index=self.uses_record_index(path),
+        )
+        try:
+            df.write.format("hudi").options(**options).mode("append").save(path)
+        except Exception as exc:  # py4j / Spark errors: the JVM cause chain, root cause last
+            self.forget(table_id)
+            raise IngestError(f"{table_id}: the Hudi write failed: {describe_error(exc)}") from exc
+        committed = read_checkpoint(self.spark, path)
+        if committed is None or committed.checkpoint != checkpoint:
+            self.forget(table_id)
+            raise IngestError(
+                f"{table_id}: the commit does not hold the checkpoint just written "
+                f"({committed.checkpoint if committed else None} != {checkpoint})"
+            )
+        self._checkpoints[table_id] = committed
+        written = source_fields(df.schema)
+        held = self._stored.get(table_id)
+        if rewrite:
+            self._stored[table_id] = written
+        elif held is not None:
+            held.update({n: t for n, t in written.items() if n not in held})
+        return committed.instant
+
+    def uses_record_index(self, path: str) -> bool:
+        """Whether the next commit into the unpartitioned table at ``path`` looks keys up in
+        the metadata table's record index, or reads the keys of the table's base files
+        (SIMPLE index, no metadata table).
+
+        SIMPLE costs less while the table is small; its cost grows with the table, the
+        record index's does not (docs/benchmarks.md). A table switches once its newest base
+        files reach ``lake.record_index_from_mb`` (Hudi builds the metadata table and the
+        index from them in that commit) and never back: a table that has a metadata table
+        keeps it, since writing with the metadata table disabled would delete it.
+        """
+        threshold_mb = self.config.lake.record_index_from_mb
+        if threshold_mb <= 0:
+            return True
+        if not self.exists(path):
+            return False  # created small
+        if hoodie_properties(self.spark, path).get(METADATA_PARTITIONS_KEY, "").strip():
+            return True
+        return newest_base_file_bytes(list_dir(self.spark, path)) >= threshold_mb * 2**20
+
+    def remove_table(self, table_id: str) -> None:
+        """Delete the table's directory and its catalog entry (DROP TABLE at the source)."""
+        database, table = split_table_id(table_id)
+        unregister_table(self.spark, database, table)
+        fs, hpath = _hadoop_path(self.spark, self.path(table_id))
+        if fs.exists(hpath):
+            fs.delete(hpath, True)
+        tombstone = self.tombstones.get(table_id)
+        self._checkpoints[table_id] = (
+            CommittedCheckpoint(tombstone, "dropped", None) if tombstone else None
+        )
+        self._stored.pop(table_id, None)
+
+    def sync_catalog(self, table_id: str) -> None:
+        """Make the catalog show the table's current schema (after creation or a DDL)."""
+        database, table = split_table_id(table_id)
+        try:
+            sync_table(self.spark, database, table, self.path(table_id))
+        except Exception as exc:  # the catalog is a convenience: never fail a commit on it
+            log.warning("catalog not synced", table=table_id, error=str(exc)[:500])
+
+    def warm_up(self) -> float:
+        """Two throw-away upserts into a scratch table beside the lake, then remove it.
+
+        A fresh JVM spends 10-20 s loading and compiling Hudi's write path on its first
+        commit; a continuous ingest pays that once here, before it reports ready, instead
+        of on the first real batch (which would otherwise be that much less fresh).
+        """
+        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+        started = time.monotonic()
+        # Local even for a lake on object storage: the JVM's write path is what warms up.
+        scratch = self.config.lake_state_dir / "warmup"
+        shutil.rmtree(scratch, ignore_errors=True)
+        schema = StructType(
+            [
+                StructField("id", LongType()),
+                StructField(ORDERING_FIELD, StringType()),
+                StructField(DELETE_FIELD, BooleanType()),
+            ]
+        )
+        # The path of a new (small) table: SIMPLE index, no metadata table.
+        options = write_options(
+            self.config.lake, "tidelake", "warmup", ["id"], {}, record_index=False
+        )
+        for round_no in range(2):
+            rows = [(i, f"{round_no:020d}", i % 7 == 0 and round_no == 1) for i in range(100)]
+            df = self.spark.createDataFrame(rows, schema)
+            df.write.format("hudi").options(**options).mode("append").save(str(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+        return time.monotonic() - started
+
+    # -- reading
+
+    def exists(self, path: str) -> bool:
+        """True when ``path`` holds a Hudi table (local or on object storage)."""
+        return table_exists(self.spark, path)
+
+    def read(self, path: str) -> DataFrame:
+        """The table's current snapshot."""
+        return self.spark.read.format("hudi").load(path)
+
+    def tables(self) -> list[TableLocation]:
+        """Every table of the lake (local or on object storage)."""
+        return discover_tables(self.spark, self.lake_root)
+
+    def tables_of(self, database: str) -> list[str]:
+        """The ``db.table`` names of the lake's tables in ``database``."""
+        return [t.table_id for t in self.tables() if t.database == database]
+
+    def stored_schema(self, path: str) -> StructType:
+        """The table's source and lineage columns as stored (no ``_hoodie_*`` meta columns)."""
+        from pyspark.sql.types import StructType
+
+        stored = self.read(path).schema
+        return StructType(
+            [
+                f
+                for f in stored.fields
+                if not f.name.startswith("_hoodie_") or f.name == DELETE_FIELD
+            ]
+        )
+
+    def stored_types(self, table_id: str, path: str) -> dict[str, DataType]:
+        """The Spark types of the table's source columns (cached, kept current by commits)."""
+        held = self._stored.get(table_id)
+        if held is None:
+            held = self._stored[table_id] = source_fields(self.stored_schema(path))
+        return held
+
+    def stored_primary_key(self, path: str) -> tuple[str, ...]:
+        """The record key fields of the table at ``path``."""
+        stored = hoodie_properties(self.spark, path).get(RECORD_KEY_PROPERTY)
+        if stored:
+            return tuple(stored.split(","))
+        raise IngestError(f"{path}: no record key in hoodie.properties")
+
+    def current_values(
+        self,
+        path: str,
+        pk: Sequence[str],
+        stored: Mapping[str, DataType],
+        keys: Sequence[tuple[Any, ...]],
+        columns: Sequence[str],
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """The stored values of ``columns`` for ``keys`` (a partial update's unsent columns)."""
+        from pyspark.sql import functions as F  # noqa: N812 (PySpark's own convention)
+        from pyspark.sql.types import StructField, StructType
+
+        wanted = [c for c in columns if c in stored]
+        if not keys or not stored:
+            return {}
+        key_rows = self.spark.createDataFrame(
+            [tuple(k) for k in set(keys)],
+            StructType([StructField(c, stored[c], True) for c in pk]),
+        )
+        picked = self.read(path).join(F.broadcast(key_rows), on=list(pk), how="inner")
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for row in picked.select(*pk, *wanted).collect():
+            values = row.asDict()
+            key = tuple(values[c] for c in pk)
+            out[key] = {c: values[c] for c in wanted}
+            out[key].update({c: None for c in columns if c not in stored})
+        return out
