@@ -26,8 +26,6 @@ _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|#)", re.IGNORECASE)
 #: must still be broken (a fixed one is removed here), and nothing else may be.
 KNOWN_BROKEN: set[str] = {
     "README.md: link ../shared/DESIGN.md (outside the repository)",
-    "docs/guarantees.md: path tests/unit/lake/test_collapse.py::"
-    "test_collapse_keeps_the_last_change_by_position_not_by_file_order (does not exist)",
 }
 
 
