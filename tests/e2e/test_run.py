@@ -58,9 +58,10 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
     cfg = load_config(config_path, environ={})
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
     staging_beats = Path(cfg.stage_root) / "_tidelake"
+    ledger = Ledger(cfg.lake_state_dir)
 
     def healthy(_p: ChildProcess) -> bool:
-        ingest = read_heartbeat(cfg.lake_state_dir, "ingest") or {}
+        ingest = ledger.heartbeat() or {}
         stager = read_heartbeat(staging_beats, "stager") or {}
         return ingest.get("state") in ("idle", "applying") and stager.get("state") == "running"
 
@@ -82,7 +83,6 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
             publish_workload(cfg, f"nats://127.0.0.1:{nats_port}", workload, rate=2_000)
         )
         last = {f"{DATABASE}.{t}": seqs[-1] for t, seqs in published.seqs.items() if seqs}
-        ledger = Ledger(cfg.lake_state_dir)
 
         def covered(_p: ChildProcess) -> bool:
             done = ledger.covered()
@@ -96,7 +96,7 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
     assert 0 == status, run.log_tail(60)
     assert 3 == len(last)
     assert ["stopped", "stopped"] == [
-        (read_heartbeat(cfg.lake_state_dir, "ingest") or {}).get("state"),
+        (ledger.heartbeat() or {}).get("state"),
         (read_heartbeat(staging_beats, "stager") or {}).get("state"),
     ]
     assert len(descendants) >= 3  # nats-server, stager, ingest (and the ingest's JVM)

@@ -39,9 +39,9 @@ from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.errors import TidelakeError
+from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
-from tidelake.runtime.heartbeat import read_heartbeat as read_heartbeat_file
 from tidelake.runtime.storage import open_storage
 
 log = structlog.get_logger(__name__)
@@ -181,7 +181,8 @@ class LocalStack:
     # -- health --------------------------------------------------------------------------------
 
     def ingest_heartbeat(self) -> dict[str, Any] | None:
-        return read_heartbeat_file(self.cfg.lake_state_dir, "ingest")
+        """The ingest's heartbeat, read through the ledger (its state directory's owner)."""
+        return Ledger(self.cfg.lake_state_dir).heartbeat()
 
     def stager_heartbeat(self) -> dict[str, Any] | None:
         """The stager's heartbeat, read through the staging storage (local or S3)."""
