@@ -151,10 +151,8 @@ class TableApplier:
         return result
 
     def _apply_ddl(self, result: TableResult, event: ChangeEvent) -> None:
-        from tidelake.api.control import skipped_ddl_seq
-
         started = time.monotonic()
-        skip = skipped_ddl_seq(self.config.lake_state_dir, result.table) == event.seq
+        skip = self.store.ledger.skipped_ddl_seq(result.table) == event.seq
         for outcome in self.evolver.apply(result.table, event, skip=skip):
             action = "skipped" if skip else outcome.action
             result.commits.append(ddl_record(outcome, event, result.table, action, started))

@@ -14,29 +14,26 @@ in-memory catalog, rebuilt from the lake at every session start.
 Databases: ``CREATE DATABASE`` at the source makes the database exist in the catalog at once,
 while it holds no table yet, and ``DROP DATABASE`` removes it. The lake's directories cannot
 tell an empty database (there is nothing to discover), so the ingest records each database's
-last DDL in ``<state>/databases.json`` (``{"shop": {"seq": 12, "exists": true}}``): the
-stream sequence makes a replayed ``CREATE`` after a ``DROP`` (or the reverse) change
-nothing, and :func:`register_databases` re-creates the existing ones in a new session's
-in-memory catalog.
+last DDL in ``<state>/databases.json`` (through ``lake/ledger.py``: per database, the stream
+sequence of its last DDL and whether it exists after it): the stream sequence makes a
+replayed ``CREATE`` after a ``DROP`` (or the reverse) change nothing, and
+:func:`register_databases` re-creates the existing ones in a new session's in-memory catalog.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
 import structlog
 
 from tidelake.lake.hudi import local_dir
+from tidelake.lake.ledger import Ledger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
-
-DATABASES_FILE = "databases.json"
 
 
 def quote_identifier(name: str) -> str:
@@ -99,35 +96,10 @@ def unregister_table(spark: SparkSession, database: str, table: str) -> None:
         spark.sql(f"DROP TABLE {name}")
 
 
-def read_databases(state_dir: Path) -> dict[str, dict[str, Any]]:
-    """``databases.json``: per database, the stream sequence of its last DDL and whether it
-    exists after it (empty when absent or unreadable)."""
-    try:
-        data = orjson.loads((state_dir / DATABASES_FILE).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _record(state_dir: Path, database: str, seq: int, exists: bool) -> bool:
-    """Record the database DDL at ``seq``; False when a DDL at or after ``seq`` is recorded."""
-    data = read_databases(state_dir)
-    held = data.get(database)
-    if isinstance(held, dict) and int(held.get("seq", 0)) >= seq:
-        return False
-    data[database] = {"seq": seq, "exists": exists}
-    state_dir.mkdir(parents=True, exist_ok=True)
-    target = state_dir / DATABASES_FILE
-    tmp = target.with_name(f".{DATABASES_FILE}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    return True
-
-
-def create_database(spark: SparkSession, state_dir: Path, database: str, seq: int) -> bool:
+def create_database(spark: SparkSession, ledger: Ledger, database: str, seq: int) -> bool:
     """``CREATE DATABASE`` at stream sequence ``seq``: the catalog has ``database``, empty or
     not. False (nothing done) when a later database DDL was applied already."""
-    if not _record(state_dir, database, seq, exists=True):
+    if not ledger.record_database(database, seq, exists=True):
         return False
     try:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
@@ -136,10 +108,10 @@ def create_database(spark: SparkSession, state_dir: Path, database: str, seq: in
     return True
 
 
-def drop_database(spark: SparkSession, state_dir: Path, database: str, seq: int) -> bool:
+def drop_database(spark: SparkSession, ledger: Ledger, database: str, seq: int) -> bool:
     """``DROP DATABASE`` at ``seq`` (its tables are dropped by the caller first): the catalog
     forgets ``database``. A catalog entry the lake did not make keeps it (RESTRICT)."""
-    if not _record(state_dir, database, seq, exists=False):
+    if not ledger.record_database(database, seq, exists=False):
         return False
     try:
         spark.sql(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
@@ -148,12 +120,12 @@ def drop_database(spark: SparkSession, state_dir: Path, database: str, seq: int)
     return True
 
 
-def register_databases(spark: SparkSession, state_dir: Path) -> list[str]:
+def register_databases(spark: SparkSession, ledger: Ledger) -> list[str]:
     """Create every database the source created and did not drop (a new session's in-memory
     catalog knows only the databases of the tables it found in the lake)."""
     names = []
-    for database, held in sorted(read_databases(state_dir).items()):
-        if isinstance(held, dict) and held.get("exists"):
+    for database, held in sorted(ledger.databases().items()):
+        if held.exists:
             try:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
                 names.append(database)

@@ -57,10 +57,9 @@ from tidelake.lake import ddl
 from tidelake.lake.catalog import create_database, drop_database
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import DELETE_FIELD
+from tidelake.lake.ledger import BlockedDdl
 from tidelake.lake.rules import ddl_checkpoint
 from tidelake.lake.schema import LINEAGE_NAMES, converter, is_safe_widening, schema_for, spark_type
-from tidelake.lake.state import BlockedDdl
-from tidelake.lake.state import read_blocked as read_blocked  # re-exported for the CLI
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -133,12 +132,20 @@ class SchemaEvolver:
         self.store = store
         self.spark = store.spark
         self.config = store.config
-        self.tombstones = store.tombstones
-        self.blocked = BlockedDdl(store.config.lake_state_dir)
+        self.ledger = store.ledger
 
     def record_blocked(self, blocked: DdlBlocked) -> None:
         """Keep the DDL a table waits on (``ddl_blocked.json``, for ``skip-ddl``)."""
-        self.blocked.record(blocked.table_id, blocked.event, blocked.reason)
+        event = blocked.event
+        self.ledger.record_blocked(
+            blocked.table_id,
+            BlockedDdl(
+                seq=event.seq,
+                position=event.position.encode(),
+                ddl=event.ddl,
+                reason=blocked.reason,
+            ),
+        )
 
     # -- entry point
 
@@ -176,17 +183,17 @@ class SchemaEvolver:
                 outcomes += self._drop(op.table.table_id, event, "drop table")
             elif isinstance(op, ddl.CreateDatabase):
                 # No table and no checkpoint: databases.json orders it (lake/catalog.py).
-                create_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
+                create_database(self.spark, self.ledger, op.database, event.seq)
             elif isinstance(op, ddl.DropDatabase):
                 for loc in self.store.tables_of(op.database):
                     outcomes += self._drop(loc, event, "drop database")
-                drop_database(self.spark, self.config.lake_state_dir, op.database, event.seq)
+                drop_database(self.spark, self.ledger, op.database, event.seq)
             elif isinstance(op, ddl.RenameTable):
                 outcomes += self._rename_table(op.table.table_id, op.to.table_id, event)
         if not any(o.table_id == table_id for o in outcomes) and event.table:
             # An index, a comment, a skipped DDL …: the table's checkpoint moves all the same.
             outcomes += self._bump(table_id, event, "recorded")
-        self.blocked.clear(table_id)
+        self.ledger.clear_blocked(table_id)
         return outcomes
 
     # -- helpers
@@ -237,7 +244,7 @@ class SchemaEvolver:
             checkpoint = replace(checkpoint, columns=declared)
         df = self.spark.createDataFrame([], schema)
         instant = self.store.commit(table_id, df, checkpoint, pk=pk)
-        self.tombstones.remove(table_id)
+        self.ledger.remove_tombstone(table_id)
         self.store.sync_catalog(table_id)
         return [DdlOutcome(table_id, "create table", checkpoint, instant)]
 
@@ -407,7 +414,7 @@ class SchemaEvolver:
             return []
         # The tombstone first: should the process die before the directory is gone, the
         # next look at the table finishes the drop (TableStore.checkpoint).
-        self.tombstones.put(table_id, checkpoint)
+        self.ledger.put_tombstone(table_id, checkpoint.to_json())
         self.store.remove_table(table_id)
         return [DdlOutcome(table_id, action, checkpoint)]
 
@@ -437,7 +444,7 @@ class SchemaEvolver:
             copy = df.select(*[_quoted(c) for c in keep], F.lit(False).alias(DELETE_FIELD))
             rows = copy.count()
             instant = self.store.commit(new_id, copy, carried, pk=pk, rewrite=True)
-            self.tombstones.remove(new_id)
+            self.ledger.remove_tombstone(new_id)
             self.store.sync_catalog(new_id)
             outcomes.append(DdlOutcome(new_id, "rename table (to)", carried, instant, rows))
         outcomes += self._drop(old_id, event, "rename table (from)")

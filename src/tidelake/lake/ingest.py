@@ -12,9 +12,13 @@ A loop over *rounds* (HoodieStreamer's seams: source → round → rules → tab
   a time), the pause policy (a table refused or failing ``MAX_TABLE_FAILURES`` rounds in a
   row pauses; the others go on), the commit records, and the cursor.
 
-The local cursor (``<lake_root>/_tidelake/cursor.json``) only saves listing work: every
-decision comes from the per-table checkpoints, read back from Hudi at start.
-After each commit one JSON line is appended to ``<lake_root>/_tidelake/commits.jsonl``.
+The ingest's local state goes through the ledger (``lake/ledger.py``): the cursor
+(``cursor.json``) only saves listing work, every decision comes from the per-table
+checkpoints read back from Hudi; after each commit one :class:`CommitRecord` is appended to
+``commits.jsonl``, the paused tables are in ``paused.json``, and the heartbeat says what the
+loop does. Operator requests (pause, resume, skip a DDL) come through ``lake/control.py``,
+which uses only :meth:`Ingestor.pause`, :meth:`Ingestor.resume` and
+:meth:`Ingestor.checkpoint_seq`.
 """
 
 from __future__ import annotations
@@ -31,16 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tidelake.api.control import TableControl
 from tidelake.config import Config
-from tidelake.errors import IngestError, TableRefused, Terminal
+from tidelake.errors import IngestError, TableRefused, is_terminal
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.apply import TableApplier, TableResult
+from tidelake.lake.control import TableControl
 from tidelake.lake.jvm_errors import shorten
+from tidelake.lake.ledger import CommitRecord, Ledger, SkippedRecord
+from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
-from tidelake.lake.state import IngestState
 from tidelake.lake.store import TableStore
-from tidelake.runtime.heartbeat import write_heartbeat
+from tidelake.retry import retrying
 from tidelake.runtime.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -94,16 +99,17 @@ class Ingestor:
         self.config = config
         self.storage = storage or open_storage(config.stage_root, config.storage.s3)
         self.source = ManifestSource(self.storage, config.ingest.max_batch_events)
-        self.store = TableStore(config, spark)
-        self.tables = TableApplier(config, self.store)
         # Local state (a lake on object storage keeps it in lake.state_dir / <home>/state).
         self.state_dir = config.lake_state_dir
-        self.state = IngestState(self.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(self.state_dir)
+        self.store = TableStore(config, spark, self.ledger)
+        self.tables = TableApplier(config, self.store)
         self.paused: dict[str, str] = {}
         self.failures: dict[str, int] = {}
-        self.cursor = self.state.read_cursor()
+        self.cursor = self.ledger.cursor()
         self._pause_lock = threading.Lock()
-        self.control = TableControl(self.state_dir)  # pause/resume asked by the API or CLI
+        self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
         # again, and ``status`` must not go on showing it once the table ingests.
         self._write_paused()
@@ -121,7 +127,7 @@ class Ingestor:
         its failure count starts again and the cursor moves back to its checkpoint, so its
         events held back meanwhile are read again. False when it was not paused."""
         with self._pause_lock:
-            if table_id not in self.paused and table_id not in self.state.read_paused():
+            if table_id not in self.paused and table_id not in self.ledger.paused():
                 return False
             self.paused.pop(table_id, None)
             self.failures.pop(table_id, None)
@@ -135,13 +141,8 @@ class Ingestor:
         checkpoint = self.store.checkpoint(table_id)
         return checkpoint.seq if checkpoint is not None else None
 
-    @property
-    def writer(self) -> TableStore:
-        """The table store, by the name ``api/control.py`` reads checkpoints through."""
-        return self.store
-
     def _write_paused(self) -> None:
-        self.state.write_paused(self.paused)
+        self.ledger.save_paused(self.paused)
 
     # -- rounds
 
@@ -164,7 +165,9 @@ class Ingestor:
             return self._pause(table_id, str(exc))
         except IngestError as exc:
             # A failing table must not hold the others back forever: retry it a few
-            # rounds (the cursor stays), then pause it.
+            # rounds (the cursor stays), then pause it; at once when retrying cannot help.
+            if is_terminal(exc):
+                return self._pause(table_id, str(exc))
             self.failures[table_id] = self.failures.get(table_id, 0) + 1
             if self.failures[table_id] < MAX_TABLE_FAILURES:
                 raise
@@ -181,29 +184,22 @@ class Ingestor:
 
     def _record(self, table_result: TableResult, seq_last: int) -> None:
         for line in table_result.commits:
-            self.state.append_commit(line)
+            self.ledger.append_commit(CommitRecord.model_validate(line))
             log.info("committed", **line)
         if table_result.duplicates or table_result.stale:
-            self.state.append_skipped(
-                {
-                    "table": table_result.table,
-                    "seq_last": seq_last,
-                    "duplicates": table_result.duplicates,
-                    "stale": table_result.stale,
-                    "at_ms": int(time.time() * 1000),
-                }
+            self.ledger.append_skipped(
+                SkippedRecord(
+                    table=table_result.table,
+                    seq_last=seq_last,
+                    duplicates=table_result.duplicates,
+                    stale=table_result.stale,
+                    at_ms=int(time.time() * 1000),
+                )
             )
 
     def heartbeat(self, state: str, **fields: Any) -> None:
         """Tell ``serve``/``status``/the demo what the ingest is doing."""
-        write_heartbeat(
-            self.state_dir,
-            "ingest",
-            state,
-            cursor=self.cursor,
-            paused=sorted(self.paused),
-            **fields,
-        )
+        self.ledger.write_heartbeat(state, cursor=self.cursor, paused=sorted(self.paused), **fields)
 
     def _commit_tables(
         self,
@@ -211,12 +207,14 @@ class Ingestor:
         result: RoundResult,
         stop: threading.Event | None,
         parallel: int,
+        seq_last: int,
     ) -> None:
-        """Commit ``todo``'s tables, ``parallel`` at a time; failures raise after all ran."""
+        """Commit ``todo``'s tables, ``parallel`` at a time, their checkpoints covering the
+        stream up to ``seq_last``; failures raise after all ran."""
         failed: list[IngestError] = []
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="commit") as pool:
             futures = {
-                pool.submit(self._apply_table, table_id, events, result.seq_last, stop): table_id
+                pool.submit(self._apply_table, table_id, events, seq_last, stop): table_id
                 for table_id, events in todo
             }
             for future in as_completed(futures):
@@ -240,7 +238,7 @@ class Ingestor:
             # A paused table has events in this round that it did not apply: keep the saved
             # hint behind them so a restart (which un-pauses) reads them again.
             return
-        self.state.write_cursor(seq)
+        self.ledger.save_cursor(seq)
 
     def step(self, stop: threading.Event | None = None) -> RoundResult:
         """Apply the next round; an empty result when nothing is staged."""
@@ -259,9 +257,11 @@ class Ingestor:
         # tables, which must not be written at the same moment.
         plain = [(t, events) for t, events in todo if all(e.op is not Op.DDL for e in events)]
         with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
-        self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables)
+        ddl_seqs = [e.seq for events in staged.events.values() for e in events if e.op is Op.DDL]
+        plain_last = rows_seq_last(staged.seq_last, ddl_seqs)
+        self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
         if with_ddl:
-            self._commit_tables(with_ddl, result, stop, 1)
+            self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
         if result.interrupted:
             return result  # the cursor stays: checkpoints skip what was committed
         self._advance_cursor(staged.next_cursor(self.cursor))
@@ -280,28 +280,31 @@ class Ingestor:
     def run_continuous(self, interval_s: float, stop: threading.Event) -> IngestStats:
         """Apply rounds until ``stop`` is set; sleep ``interval_s`` when idle.
 
-        A round that fails for a reason a retry may cure is retried (with back-off); a
-        terminal error (a malformed manifest) ends the run.
+        A failed round is retried with back-off (``tidelake.retry``: transient and unknown
+        errors alike, since this loop must stay up), ``retrying`` and the error shown in the
+        heartbeat; a terminal error (a malformed manifest) ends the run.
         """
         stats = IngestStats()
-        failures = 0
+
+        def report(error: BaseException, attempt: int, wait_s: float) -> None:
+            self.heartbeat("retrying", last_error=shorten(str(error), 1000))  # serve/status
+
+        rounds = retrying(
+            "ingest round",
+            first_wait_s=interval_s,
+            max_wait_s=30.0,
+            retry_unknown=True,
+            stop_event=stop,
+            on_retry=report,
+        )
         self.heartbeat("idle")
         while not stop.is_set():
             try:
-                result = self.step(stop)
+                result = rounds(self.step, stop)
             except Exception as exc:
-                if isinstance(exc, Terminal):
-                    raise
-                failures += 1
-                pause = min(interval_s * 2**failures, 30.0)
-                error = shorten(str(exc), 2000)
-                log.error("round failed; retrying", error=error, retry_in_s=pause)
-                self.heartbeat(
-                    "retrying", last_error=shorten(str(exc), 1000)
-                )  # shown by serve/status
-                stop.wait(pause)
-                continue
-            failures = 0
+                if stop.is_set() and not is_terminal(exc):
+                    break  # stopped during a back-off
+                raise
             if result.manifests:
                 stats.add(result)
             else:

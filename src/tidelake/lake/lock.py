@@ -30,8 +30,7 @@ import orjson
 
 from tidelake.config import Config
 from tidelake.errors import IngestError, Terminal
-
-LOCK_NAME = "ingest.lock"
+from tidelake.lake.ledger import Ledger
 
 
 class LakeLockedError(IngestError, Terminal):
@@ -41,8 +40,8 @@ class LakeLockedError(IngestError, Terminal):
 def lock_path(config: Config) -> Path:
     """Where the writer lock of ``config``'s lake lives."""
     # The ingest's state directory: <lake>/_tidelake, or lake.state_dir / <home>/state for
-    # a lake on object storage (config.lake_state_dir).
-    return config.lake_state_dir / LOCK_NAME
+    # a lake on object storage (config.lake_state_dir); the ledger names the file.
+    return Ledger(config.lake_state_dir).lock_path
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:

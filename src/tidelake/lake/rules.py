@@ -4,8 +4,9 @@ Given a table's :class:`TableCheckpoint` and the events of a round, these decide
 
 * what is a duplicate or a stale copy (:func:`filter_events`, rules 1 and 2);
 * what each key ends as (:func:`collapse`, rule 4: the last change by position);
-* the checkpoint the next commit carries (:func:`rows_checkpoint` for rows,
-  :func:`ddl_checkpoint` for a DDL) and its position watermark (:func:`watermark`);
+* the checkpoint the next commit carries (:func:`rows_checkpoint` for rows, up to
+  :func:`rows_seq_last`; :func:`ddl_checkpoint` for a DDL) and its position watermark
+  (:func:`watermark`);
 * which table's checkpoint decides a DDL event (:func:`route`).
 
 The round loop (``lake/ingest.py``) and the schema evolver (``lake/evolve.py``) apply them;
@@ -156,6 +157,18 @@ def rows_checkpoint(
         schema_version=previous.schema_version if previous else 0,
         columns=columns,
     )
+
+
+def rows_seq_last(seq_last: int, ddl_seqs: Iterable[int]) -> int:
+    """The stream sequence that the commit of a table without DDL in the round covers: the
+    round's last, or just below the round's DDL (a DDL is the last event of its batch).
+
+    A DDL may change tables it is not routed to (``DROP DATABASE`` drops every table of the
+    database, ``RENAME TABLE a TO b`` writes ``b``), and it does nothing to a table whose
+    checkpoint covers it already: a table's rows committed in the same round must not.
+    """
+    first_ddl = min(ddl_seqs, default=None)
+    return seq_last if first_ddl is None else min(seq_last, first_ddl - 1)
 
 
 def ddl_checkpoint(previous: TableCheckpoint | None, event: ChangeEvent) -> TableCheckpoint | None:

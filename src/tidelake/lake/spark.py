@@ -26,6 +26,7 @@ from tidelake.config import Config, S3Config, SparkConfig
 from tidelake.errors import ConfigError
 from tidelake.lake.catalog import register_databases, register_table
 from tidelake.lake.hudi import local_dir
+from tidelake.lake.ledger import Ledger
 from tidelake.lake.store import discover_tables
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
     apply_s3_credentials(spark, config.storage.s3)
     register_lake_tables(spark, config.lake_root)
     # A database the source created stays visible while it holds no table yet.
-    register_databases(spark, config.lake_state_dir)
+    register_databases(spark, Ledger(config.lake_state_dir))
     return spark
 
 

@@ -49,8 +49,8 @@ from tidelake.lake.hudi import (
     write_options,
 )
 from tidelake.lake.jvm_errors import describe_error
+from tidelake.lake.ledger import Ledger
 from tidelake.lake.schema import source_fields
-from tidelake.lake.state import Tombstones
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -189,13 +189,12 @@ def hoodie_properties(spark: SparkSession | None, path: str) -> Mapping[str, str
 class TableStore:
     """The Hudi tables of one lake, through one Spark session."""
 
-    def __init__(
-        self, config: Config, spark: SparkSession, tombstones: Tombstones | None = None
-    ) -> None:
+    def __init__(self, config: Config, spark: SparkSession, ledger: Ledger | None = None) -> None:
         self.config = config
         self.spark = spark
         self.lake_root = config.lake_root
-        self.tombstones = tombstones or Tombstones(config.lake_state_dir)
+        #: The ingest's state: the tombstones of dropped tables (``dropped.json``).
+        self.ledger = ledger or Ledger(config.lake_state_dir)
         self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
         #: Per table: the Spark types of the columns it stores (kept current by our commits).
         self._stored: dict[str, dict[str, DataType]] = {}
@@ -214,7 +213,7 @@ class TableStore:
         """
         if table_id not in self._checkpoints:
             committed = read_checkpoint(self.spark, self.path(table_id))
-            tombstone = self.tombstones.get(table_id)
+            tombstone = self.tombstone(table_id)
             if tombstone is not None and (
                 committed is None or committed.checkpoint.seq < tombstone.seq
             ):
@@ -223,10 +222,15 @@ class TableStore:
                     self.remove_table(table_id)
                 committed = CommittedCheckpoint(tombstone, "dropped", None)
             elif tombstone is not None:
-                self.tombstones.remove(table_id)  # re-created after the drop
+                self.ledger.remove_tombstone(table_id)  # re-created after the drop
             self._checkpoints[table_id] = committed
         held = self._checkpoints[table_id]
         return held.checkpoint if held else None
+
+    def tombstone(self, table_id: str) -> TableCheckpoint | None:
+        """The last checkpoint of ``table_id`` if it was dropped (``lake/evolve.py``)."""
+        text = self.ledger.tombstone(table_id)
+        return TableCheckpoint.from_json(text) if text is not None else None
 
     def forget(self, table_id: str) -> None:
         """Re-read the checkpoint from Hudi next time (after a failed write)."""
@@ -307,7 +311,7 @@ class TableStore:
         fs, hpath = _hadoop_path(self.spark, self.path(table_id))
         if fs.exists(hpath):
             fs.delete(hpath, True)
-        tombstone = self.tombstones.get(table_id)
+        tombstone = self.tombstone(table_id)
         self._checkpoints[table_id] = (
             CommittedCheckpoint(tombstone, "dropped", None) if tombstone else None
         )

@@ -20,6 +20,7 @@ from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.ingest import Ingestor, IngestStats
+from tidelake.lake.ledger import Ledger
 from tidelake.lake.store import read_checkpoint
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
@@ -184,9 +185,5 @@ class Lake:
         return committed.checkpoint if committed else None
 
     def commits(self) -> list[dict[str, Any]]:
-        import orjson
-
-        path = Path(self.config.lake_root) / "_tidelake" / "commits.jsonl"
-        if not path.exists():
-            return []
-        return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+        """Every line of ``commits.jsonl`` (through the ledger), each with all its keys."""
+        return [c.model_dump() for c in Ledger(self.config.lake_state_dir).commits()]

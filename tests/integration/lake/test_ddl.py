@@ -16,7 +16,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pytest
 from lakekit import Lake, ddl_event, event
@@ -25,7 +24,7 @@ from tidelake.api import control
 from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.state import read_blocked
+from tidelake.lake.ledger import Ledger
 from tidelake.verify.lake import read_table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -189,19 +188,18 @@ def test_a_ddl_the_lake_cannot_apply_pauses_only_its_table_until_skip_ddl(lake: 
     assert "not a safe widening" in stats.refused["shop.orders"]
     assert "skip-ddl shop.orders" in stats.refused["shop.orders"]
     state = Path(lake.config.lake_root) / "_tidelake"
-    paused = orjson.loads((state / "paused.json").read_bytes())
-    assert ["shop.orders"] == list(paused)
-    blocked = read_blocked(state)
-    assert 3 == blocked["shop.orders"]["seq"]
+    ledger = Ledger(state)
+    assert ["shop.orders"] == list(ledger.paused())
+    blocked = ledger.blocked()
+    assert 3 == blocked["shop.orders"].seq
     assert {"1": ("new",)} == lake.state()  # the row before the DDL landed, not after
     assert {"1": ("A",), "2": ("B",)} == _rows(lake, "shop.items", "sku")  # went on
 
-    control.request(state, "shop.orders", "skip_ddl", seq=blocked["shop.orders"]["seq"])
+    control.request(state, "shop.orders", "skip_ddl", seq=blocked["shop.orders"].seq)
     ingestor.run_once()
     assert {"1": ("paid",)} == lake.state()
     assert "decimal128(10, 2)" == _schema(lake, "shop.orders")["amount"]
-    assert {} == read_blocked(state)
-    assert {} == orjson.loads((state / "paused.json").read_bytes())
+    assert ({}, {}) == (ledger.blocked(), ledger.paused())
     skipped = [c for c in lake.commits() if c.get("ddl_action") == "skipped"]
     assert [3] == [c["seq"] for c in skipped]
 
@@ -375,7 +373,7 @@ def test_after_skip_ddl_and_a_catch_up_by_a_new_ingest_status_shows_the_table_un
     record = LakeRecord(state)
     record.refresh()
     assert ["shop.orders"] == list(record.paused)
-    assert 2 == read_blocked(state)["shop.orders"]["seq"]
+    assert 2 == Ledger(state).blocked()["shop.orders"].seq
 
     proc = subprocess.run(
         [sys.executable, "-m", "tidelake.cli", "table", "skip-ddl", "shop.orders"],
@@ -389,7 +387,7 @@ def test_after_skip_ddl_and_a_catch_up_by_a_new_ingest_status_shows_the_table_un
     assert {} == lake.ingest().refused  # a new Ingestor, as a new `ingest --once` process
     assert {"1": ("paid",)} == lake.state()
     record.refresh()
-    assert ({}, {}, {}) == (record.paused, record.requests, read_blocked(state))
+    assert ({}, {}, {}) == (record.paused, record.requests, Ledger(state).blocked())
 
     lake.stage([_tidb_ddl("shop.orders", "RECOVER TABLE `orders`", "QUERY", 4)])
     assert ["shop.orders"] == list(lake.ingest().refused)

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
-import orjson
 from lakekit import Lake, ddl_event, event
 
 from tidelake.events import Op
 from tidelake.lake.checkpoint import TableCheckpoint
+from tidelake.lake.ledger import Ledger
 
 
 def test_insert_update_delete_land_with_the_checkpoint_in_the_same_commit(lake: Lake) -> None:
@@ -162,14 +162,9 @@ def test_an_older_event_republished_after_the_delete_does_not_resurrect_the_row(
     assert expected == (stats.commits, stats.stale)
     expected = {"2": ("keep",)}
     assert expected == lake.state()
-    skipped = [
-        orjson.loads(x)
-        for x in (Path(lake.config.lake_root) / "_tidelake" / "skipped.jsonl")
-        .read_bytes()
-        .splitlines()
-    ]
+    skipped = Ledger(lake.config.lake_state_dir).skipped()
     expected = [("shop.orders", 1)]
-    assert expected == [(s["table"], s["stale"]) for s in skipped]
+    assert expected == [(s.table, s.stale) for s in skipped]
 
 
 TYPES = {
@@ -294,8 +289,7 @@ def test_a_table_without_primary_key_is_refused_while_another_table_lands(lake: 
     assert expected == list(stats.refused)
     # With no bus to dead-letter its rows, the keyless table pauses with the reason.
     assert stats.refused["shop.audit"].startswith("shop.audit: no primary key known")
-    paused = orjson.loads((Path(lake.config.lake_root) / "_tidelake" / "paused.json").read_bytes())
-    assert stats.refused == paused
+    assert stats.refused == Ledger(lake.config.lake_state_dir).paused()
     assert not Path(lake.path("shop.audit")).exists()
     # The saved cursor hint stays behind the paused table's events: a restart reads them
     # again (and refuses again) while the other table skips what its checkpoint holds.

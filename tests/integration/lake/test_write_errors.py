@@ -17,7 +17,6 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-import orjson
 import pytest
 from lakekit import Lake, ddl_event, event
 from pyspark.sql import DataFrame, SparkSession
@@ -34,6 +33,7 @@ from tidelake.errors import IngestError
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import DELETE_FIELD, ORDERING_FIELD, write_options
 from tidelake.lake.jvm_errors import SEPARATOR, describe_error, error_causes
+from tidelake.lake.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -202,9 +202,7 @@ def test_ingest_once_exits_3_when_a_table_is_paused_unless_allowed(lake: Lake) -
 
     paused = _tidelake(lake, "ingest", "--once")
     assert 3 == paused.returncode, paused.stderr[-3000:]
-    reason = orjson.loads((Path(lake.config.lake_state_dir) / "paused.json").read_bytes())[
-        "shop.orders"
-    ]
+    reason = Ledger(lake.config.lake_state_dir).paused()["shop.orders"]
     assert "not a safe widening" in reason
     assert f"paused shop.orders: {reason}" in paused.stderr
     assert "1 table(s) paused: shop.orders" in paused.stderr
@@ -253,10 +251,10 @@ def test_continuous_ingest_shows_the_cause_while_retrying_then_pauses_with_it(
     errors_seen: set[str] = set()
     try:
         deadline = time.monotonic() + 240
-        while "shop.orders" not in _json_file(state / "paused.json"):
+        while "shop.orders" not in Ledger(state).paused():
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
-            heartbeat = _json_file(state / "ingest.heartbeat.json")
+            heartbeat = Ledger(state).heartbeat() or {}
             if heartbeat.get("last_error"):
                 errors_seen.add(str(heartbeat["last_error"]))
             time.sleep(0.05)
@@ -271,16 +269,8 @@ def test_continuous_ingest_shows_the_cause_while_retrying_then_pauses_with_it(
         "value  existing value): / RecordKey:  status  id"
     )
     assert [cause] == sorted(errors_seen)
-    reason = _json_file(state / "paused.json")["shop.orders"]
+    reason = Ledger(state).paused()["shop.orders"]
     assert f"{cause} (failed 3 times in a row)" == reason
     assert "table paused" in log.read_text()
     status = _tidelake(lake, "status")
     assert f"error ingest shop.orders: paused: {reason}" in status.stdout, status.stdout
-
-
-def _json_file(path: Path) -> dict[str, object]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}

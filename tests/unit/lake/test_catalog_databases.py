@@ -1,4 +1,5 @@
-"""``CREATE/DROP DATABASE`` in the catalog (lake/catalog.py), ordered by databases.json.
+"""``CREATE/DROP DATABASE`` in the catalog (lake/catalog.py), ordered by databases.json (the
+ledger).
 
 The Spark session is a recording stand-in: what is tested is our ordering logic, the real
 catalog is exercised by tests/integration/lake/test_ddl.py.
@@ -12,9 +13,9 @@ from typing import Any, cast
 from tidelake.lake.catalog import (
     create_database,
     drop_database,
-    read_databases,
     register_databases,
 )
+from tidelake.lake.ledger import DatabaseState, Ledger
 
 
 class _Spark:
@@ -32,17 +33,18 @@ def test_create_and_drop_apply_in_stream_order_and_replays_change_nothing(
     session registers only the databases that exist."""
     fake = _Spark()
     spark = cast(Any, fake)
-    assert create_database(spark, tmp_path, "shop", 5)
-    assert create_database(spark, tmp_path, "empty", 6)
-    assert drop_database(spark, tmp_path, "shop", 9)
-    assert not create_database(spark, tmp_path, "shop", 5)
+    ledger = Ledger(tmp_path)
+    assert create_database(spark, ledger, "shop", 5)
+    assert create_database(spark, ledger, "empty", 6)
+    assert drop_database(spark, ledger, "shop", 9)
+    assert not create_database(spark, ledger, "shop", 5)
     expected = [
         "CREATE DATABASE IF NOT EXISTS `shop`",
         "CREATE DATABASE IF NOT EXISTS `empty`",
         "DROP DATABASE IF EXISTS `shop`",
     ]
     assert expected == fake.statements
-    assert {"seq": 9, "exists": False} == read_databases(tmp_path)["shop"]
+    assert DatabaseState(seq=9, exists=False) == ledger.databases()["shop"]
     fresh = _Spark()
-    assert ["empty"] == register_databases(cast(Any, fresh), tmp_path)
+    assert ["empty"] == register_databases(cast(Any, fresh), Ledger(tmp_path))
     assert ["CREATE DATABASE IF NOT EXISTS `empty`"] == fresh.statements
