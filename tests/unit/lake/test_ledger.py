@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -216,3 +218,16 @@ def test_an_append_fsyncs_the_file_and_the_directory_only_when_it_created_it(
     durable_append(tmp_path / "commits.jsonl", b"{}")
     durable_append(tmp_path / "commits.jsonl", b"{}")
     assert ["commits.jsonl", "dir", "commits.jsonl"] == synced
+
+
+def test_the_ledger_the_control_and_the_api_import_no_spark() -> None:
+    """The API and the CLI read the ingest's state without starting a JVM: importing the
+    ledger, the control and the server loads neither pyspark nor py4j."""
+    code = (
+        "import sys, tidelake.lake.ledger, tidelake.lake.control, tidelake.api.server; "
+        "print(sorted(m for m in ('pyspark', 'py4j') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "[]" == proc.stdout.strip()
