@@ -16,7 +16,6 @@ from tidelake.lake.ledger import Action, Ledger, TableRequest
 __all__ = [
     "Action",
     "TableRequest",
-    "read_paused",
     "read_requests",
     "request",
     "skipped_ddl_seq",
@@ -34,11 +33,6 @@ def request(
 def read_requests(state_dir: Path) -> dict[str, TableRequest]:
     """Every table's last request (empty when the file is missing or unreadable)."""
     return Ledger(state_dir).requests()
-
-
-def read_paused(state_dir: Path) -> dict[str, str]:
-    """The tables the ingest holds paused, with the reason."""
-    return Ledger(state_dir).paused()
 
 
 def skipped_ddl_seq(state_dir: Path, table: str) -> int | None:
