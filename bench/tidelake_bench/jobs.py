@@ -19,7 +19,7 @@ from tidelake_bench.memory import PeakRss, process_tree
 
 #: Exit status recorded for a job killed at its time limit (as ``subprocess`` reports SIGKILL).
 KILLED_AT_LIMIT = -9
-#: Exit status recorded for a job that exited before it could be watched.
+#: Exit status recorded for a job that could not be executed or exited before it was watched.
 EXITED_ON_START = -1
 
 
@@ -47,8 +47,9 @@ def run_job(
     child = ChildProcess(name, argv, log_path=log_file, base_env=env)
     try:
         child.start()
-    except ProcessError as exc:
-        # A job that failed at once: the error names its exit status, its log says why.
+    except (ProcessError, OSError) as exc:
+        # A job that failed at once (or could not be executed): the error names its exit
+        # status, its log says why.
         first = str(exc).splitlines()[:1]
         return JobRun(EXITED_ON_START, None, first + child.log_tail(tail_lines).splitlines())
     pid = child.pid
