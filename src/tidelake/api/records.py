@@ -26,7 +26,14 @@ from tidelake.errors import TidelakeError
 from tidelake.lake.ledger import CommitRecord, Ledger, TableRequest
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.storage import Storage
-from tidelake.stage.manifest import MANIFEST_DIR, Manifest, read_manifest
+from tidelake.stage.manifest import (
+    MANIFEST_DIR,
+    Manifest,
+    RetiredTotals,
+    manifest_range,
+    read_manifest,
+    read_retired,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +74,8 @@ class Histogram:
 
 @dataclass
 class StageTotals:
-    """Sums over every manifest of the staging root (a restaged batch counts again)."""
+    """Sums over every batch ever staged: the retired totals plus the manifests still staged
+    (a restaged batch counts again)."""
 
     batches: int = 0
     received: int = 0
@@ -82,29 +90,62 @@ class StageTotals:
 
 
 class StageRecord:
-    """The manifests of one staging root, read once each."""
+    """The staging root's counts: the retired batches' totals plus the manifests still there.
+
+    Retention (``lake/retention.py``) deletes the batches every table has passed, after adding
+    their counts to ``retired/``; a manifest ending at or below those totals' ``through_seq``
+    is in them already and is not counted again. Manifests are listed incrementally (after
+    the highest name seen; names sort by last sequence) and each is read once.
+    """
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.totals = StageTotals()
+        self._retired_path: str | None = None
+        self._retired = RetiredTotals()
+        self._counted: dict[str, Manifest] = {}
         self._seen: set[str] = set()
+        self._high = ""
+        self._listed = False
 
     def refresh(self) -> list[Manifest]:
         """Read the manifests written since the last call; returns them in stream order."""
+        path, retired = read_retired(self.storage)
+        if path != self._retired_path:
+            self._retired_path, self._retired = path, retired
+            through = retired.through_seq
+            self._counted = {p: m for p, m in self._counted.items() if m.seq_last > through}
+            self._seen = {p for p in self._seen if (r := manifest_range(p)) and r[1] > through}
+        paths = self.storage.list(MANIFEST_DIR, start_after=self._high if self._listed else "")
+        self._listed = True
         new: list[Manifest] = []
-        for path in self.storage.list(MANIFEST_DIR):
-            if path in self._seen or not path.endswith(".json"):
-                continue
-            try:
-                manifest = read_manifest(self.storage, path)
-            except TidelakeError as exc:
-                log.warning("unreadable manifest skipped", path=path, error=str(exc))
-                self._seen.add(path)
+        for path in paths:
+            seq_range = manifest_range(path)
+            if seq_range is None or path in self._seen:
                 continue
             self._seen.add(path)
+            self._high = max(self._high, path)
+            if seq_range[1] <= self._retired.through_seq:
+                continue  # in the retired totals
+            try:
+                manifest = read_manifest(self.storage, path)
+            except TidelakeError as exc:  # retired between the listing and the read, or bad
+                log.warning("unreadable manifest skipped", path=path, error=str(exc))
+                continue
+            self._counted[path] = manifest
             new.append(manifest)
-        t = self.totals
-        for m in new:
+        self._sum()
+        return sorted(new, key=lambda m: (m.seq_first, m.seq_last))
+
+    def _sum(self) -> None:
+        r, t = self._retired, self.totals
+        t.batches, t.received, t.staged = r.batches, r.received, r.staged
+        t.dead_lettered, t.skipped = r.dead_lettered, r.skipped
+        t.events_by_table = Counter(r.events_by_table)
+        t.by_reason = Counter(r.counts_by_reason)
+        t.last_seq = r.through_seq
+        t.last_manifest_ms = r.last_manifest_ms
+        for m in self._counted.values():
             t.batches += 1
             t.received += m.received
             t.staged += m.staged
@@ -114,7 +155,6 @@ class StageRecord:
             t.by_reason.update(m.counts_by_reason)
             t.last_seq = max(t.last_seq, m.seq_last)
             t.last_manifest_ms = max(t.last_manifest_ms or 0, m.created_at_ms)
-        return new
 
     def heartbeat(self) -> dict[str, Any] | None:
         try:

@@ -7,8 +7,10 @@ from pathlib import Path
 import orjson
 
 from tidelake.api.records import Histogram, LakeRecord, StageRecord
+from tidelake.config import RetentionConfig
+from tidelake.lake.retention import StagedRetention
 from tidelake.runtime.storage import LocalStorage
-from tidelake.stage.manifest import Manifest, TableFile, write_manifest
+from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
 
 
 def _line(**fields: object) -> bytes:
@@ -44,6 +46,41 @@ def test_stage_record_sums_each_manifest_once(tmp_path: Path) -> None:
     assert t.events_by_table == {"shop.orders": 14}
     assert t.by_reason == {"not JSON": 1}
     assert (t.last_seq, t.last_manifest_ms) == (15, 15_000)
+
+
+def test_stage_record_totals_stay_whole_across_retention(tmp_path: Path) -> None:
+    """Batches retired by the ingest leave their counts in retired/: a running reader and a
+    new one both count every batch exactly once."""
+    storage = LocalStorage(tmp_path)
+    for first, last in [(1, 10), (11, 20), (21, 30)]:
+        path = table_file_path(f"b{first}", "shop", "orders")
+        storage.put(path, b"{}\n")
+        write_manifest(
+            storage,
+            Manifest(
+                batch_id=f"b{first}",
+                seq_first=first,
+                seq_last=last,
+                created_at_ms=1_000 * last,
+                tables=(TableFile("shop", "orders", path, 10),),
+                received=10,
+                staged=10,
+            ),
+        )
+    running = StageRecord(storage)
+    running.refresh()
+    StagedRetention(storage, RetentionConfig()).retire(20)
+    running.refresh()
+    fresh = StageRecord(storage)
+    fresh.refresh()
+    for t in (running.totals, fresh.totals):
+        assert (3, 30, 30, {"shop.orders": 30}, 30) == (
+            t.batches,
+            t.received,
+            t.staged,
+            t.events_by_table,
+            t.last_seq,
+        )
 
 
 def test_lake_record_totals_commits_skips_and_pauses_per_table(tmp_path: Path) -> None:
