@@ -113,6 +113,16 @@ EXPECTED_LINES: dict[str, list[Line]] = {
         ("insert", "shop.prices", "3"),
         ("update", "shop.prices", "1"),
     ],
+    "ticdc_drop_database": [
+        ("ddl", "QUERY", "tmpdb", ""),
+        ("ddl", "CREATE", "tmpdb", "a"),
+        ("ddl", "CREATE", "tmpdb", "b"),
+        ("ddl", "CREATE", "shop", "kept"),
+        ("insert", "tmpdb.a", "1"),
+        ("insert", "tmpdb.b", "1"),
+        ("insert", "shop.kept", "1"),
+        ("ddl", "QUERY", "tmpdb", ""),
+    ],
     "ticdc_enum_set": [
         ("ddl", "CREATE", "shop", "parcels"),
         ("insert", "shop.parcels", "1"),
