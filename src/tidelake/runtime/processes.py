@@ -25,8 +25,10 @@ Built on `mirakuru <https://github.com/dbfixtures/mirakuru>`_ (3.x): its ``Execu
 the child with ``setsid``, polls a readiness check while watching the child's exit status,
 kills on a start timeout, and marks the child with an environment variable
 (``mirakuru_uuid``) so that :meth:`kill` also reaches descendants that left the group (a
-daemonised grandchild); its ``atexit`` hook SIGKILLs any marked process still alive when the
-parent interpreter exits, so a test run that dies leaves no server behind. Two parts of
+daemonised grandchild, or the children of a nested tidelake process such as ``tidelake run``
+under a test: the mark is extended, not replaced, at each level); its ``atexit`` hook
+SIGKILLs any marked process still alive when the parent interpreter exits, so a test run
+that dies leaves no server behind. Two parts of
 mirakuru are not used: its ``stop()`` shares one timeout between start and stop and raises
 on any exit status other than 0 or ``-signal`` — a stage's own exit status is what callers
 want to see — so the graceful stop is a ``killpg`` + ``Popen.wait`` here, finished by
@@ -52,6 +54,7 @@ from typing import Any, Self
 
 import structlog
 from mirakuru import Executor, SimpleExecutor
+from mirakuru.base import ENV_UUID
 from mirakuru.exceptions import ProcessExitedWithError, TimeoutExpired
 
 from tidelake.errors import TidelakeError, Transient
@@ -143,6 +146,12 @@ class _Executor(Executor):
         **kwargs: Any,
     ) -> None:
         super().__init__(list(argv), envvars=dict(env), **kwargs)
+        inherited = os.environ.get(ENV_UUID)
+        if inherited:
+            # mirakuru finds a start's descendants by a substring of this mark: extending the
+            # mark this process inherited (instead of replacing it) lets the process that
+            # started *us* reach our children too, even after we were SIGKILLed.
+            self._uuid = f"{inherited};{self._uuid}"
         self._owner = owner
         self._base_env = None if base_env is None else dict(base_env)
 
@@ -151,8 +160,6 @@ class _Executor(Executor):
         marked = super().envvars
         if self._base_env is None:
             return marked
-        from mirakuru.base import ENV_UUID
-
         return {**self._base_env, **self._envvars, ENV_UUID: marked[ENV_UUID]}
 
     def start(self) -> Self:

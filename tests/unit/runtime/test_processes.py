@@ -3,6 +3,7 @@ stop with the right signal to the whole group, kill, restart, the log and its ta
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -251,3 +252,33 @@ def test_wait_until_raises_with_the_log_when_the_child_exits(tmp_path: Path) -> 
     ).start()
     with pytest.raises(ProcessError, match="boom"):
         proc.wait_until(lambda _p: False, 10, "healthy")
+
+
+#: Starts its own ChildProcess (a grandchild in a session of its own), prints its pid, waits.
+NESTED = """
+import sys, time
+from pathlib import Path
+from tidelake.runtime.processes import ChildProcess
+inner = ChildProcess("inner", [sys.executable, "-c", "import time; time.sleep(600)"],
+                     log_path=Path(sys.argv[1]))
+inner.start()
+print("pids", inner.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_reaches_the_children_of_a_nested_child_process(tmp_path: Path) -> None:
+    """A child that starts its own ChildProcess (own session, as `tidelake run` does with
+    its stages) is SIGKILLed: its grandchild, in another session and not in the child's
+    group, is killed too (the start's mark is extended at each level, not replaced)."""
+    proc = ChildProcess(
+        "outer",
+        [*_py(NESTED), str(tmp_path / "inner.log")],
+        log_path=tmp_path / "outer.log",
+        ready=log_line("pids "),
+    ).start()
+    grandchild = _grandchild_pid(proc)
+    assert grandchild != proc.pid
+    assert os.getpgid(grandchild) != os.getpgid(proc.pid or 0)
+    proc.kill()
+    _wait_gone(grandchild)
