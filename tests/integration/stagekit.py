@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from tidelake.bus.connection import connect
-from tidelake.bus.provision import ensure_consumer, ensure_streams
+from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.runtime.processes import ChildProcess, tidelake_argv
@@ -96,13 +96,7 @@ class StageEnv:
         return await connect(self.cfg.bus, self.server.url)
 
     async def provision(self) -> None:
-        nc = await self.client()
-        try:
-            js = nc.jetstream()
-            await ensure_streams(js, self.cfg.bus)
-            await ensure_consumer(js, self.cfg.bus)
-        finally:
-            await nc.close()
+        await provision(self.cfg.bus, self.server.url)
 
     def subject(self, database: str, table: str) -> str:
         prefix = self.cfg.bus.stream.subjects[0].removesuffix(">")
