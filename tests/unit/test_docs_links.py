@@ -24,9 +24,7 @@ _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|#)", re.IGNORECASE)
 
 #: References broken when this test was written, in files whose owner fixes them: each entry
 #: must still be broken (a fixed one is removed here), and nothing else may be.
-KNOWN_BROKEN: set[str] = {
-    "README.md: link ../shared/DESIGN.md (outside the repository)",
-}
+KNOWN_BROKEN: set[str] = set()
 
 
 def _code_reference_problem(root: Path, reference: str) -> str | None:
