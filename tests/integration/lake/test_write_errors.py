@@ -127,7 +127,7 @@ def test_pysparks_illegal_argument_exception_is_described(lake: Lake) -> None:
 
 
 def test_a_failed_commit_raises_an_ingest_error_with_the_cause_chain(lake: Lake) -> None:
-    """``TableWriter.commit`` of a row whose record key is null: the ``IngestError`` names the
+    """``TableStore.commit`` of a row whose record key is null: the ``IngestError`` names the
     table, Hudi's upsert and, last, Hudi's key generator refusing the null key."""
     writer = lake.ingestor().store
     schema = StructType(
