@@ -404,4 +404,3 @@ class RowTyping:
             {n: h for n, h in hints.items() if h},
         )
         return types, declared
-
