@@ -383,7 +383,7 @@ def submit(
     import shlex
     import subprocess
 
-    from tidelake.lake.submit import submit_argv
+    from tidelake.cli.submit import submit_argv
 
     cfg = _load(config)
     job_args = list(ctx.args)
@@ -480,4 +480,3 @@ _register_operator_verbs()
 
 def main() -> None:
     app()
-

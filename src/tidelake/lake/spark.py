@@ -188,7 +188,7 @@ def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
     return conf
 
 
-#: Settings a ``spark-submit`` command line decides (lake/submit.py): inside a submitted
+#: Settings a ``spark-submit`` command line decides (cli/submit.py): inside a submitted
 #: driver the session builder leaves them as submitted.
 SUBMIT_OWNED = frozenset(
     {"spark.master", "spark.driver.memory", "spark.jars", "spark.driver.extraJavaOptions"}

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from tidelake.cli.submit import SPARK_JOB, submit_argv
 from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError
 from tidelake.lake.spark import HUDI_BUNDLE_JAR, S3A_JARS, s3a_conf, session_conf, submitted
-from tidelake.lake.submit import SPARK_JOB, submit_argv
 from tidelake.verify.lake import storage_options
 
 SECRET = "s3cr3t-value-never-shown"
