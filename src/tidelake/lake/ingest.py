@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidelake.config import Config
-from tidelake.errors import IngestError, TableRefused, is_terminal
+from tidelake.errors import IngestError, TableRefused, TidelakeError, is_terminal
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.apply import TableApplier, TableResult
 from tidelake.lake.control import TableControl
 from tidelake.lake.jvm_errors import shorten
 from tidelake.lake.ledger import CommitRecord, Ledger, SkippedRecord
+from tidelake.lake.retention import StagedRetention
 from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
 from tidelake.lake.store import TableStore
@@ -99,6 +100,7 @@ class Ingestor:
         self.config = config
         self.storage = storage or open_storage(config.stage_root, config.storage.s3)
         self.source = ManifestSource(self.storage, config.ingest.max_batch_events)
+        self.retention = StagedRetention(self.storage, config.stage.retention)
         # Local state (a lake on object storage keeps it in lake.state_dir / <home>/state).
         self.state_dir = config.lake_state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -234,11 +236,25 @@ class Ingestor:
     def _advance_cursor(self, seq: int) -> None:
         """The round is applied: the cursor moves to ``seq``, the one place it advances."""
         self.cursor = seq
-        if self.paused:
-            # A paused table has events in this round that it did not apply: keep the saved
-            # hint behind them so a restart (which un-pauses) reads them again.
+        if not self.paused:
+            # A paused table has events in this round that it did not apply: the saved hint
+            # stays behind them so a restart (which un-pauses) reads them again.
+            self.ledger.save_cursor(seq)
+        self._retire()
+
+    def _retire(self, *, now: bool = False) -> None:
+        """Retire the staged batches every table has passed (lake/retention.py): those
+        ending at or below the cursor, lowered to a paused table's checkpoint (it needs
+        everything after that). Retiring only saves space: a failure is logged, not raised."""
+        if not (now or self.retention.due()):
             return
-        self.ledger.save_cursor(seq)
+        bound = self.cursor
+        for table_id in list(self.paused):
+            bound = min(bound, self.checkpoint_seq(table_id) or 0)
+        try:
+            self.retention.retire(bound)
+        except TidelakeError as exc:
+            log.warning("staged batches not retired", through_seq=bound, error=str(exc))
 
     def step(self, stop: threading.Event | None = None) -> RoundResult:
         """Apply the next round; an empty result when nothing is staged."""
@@ -275,6 +291,7 @@ class Ingestor:
             if not result.manifests:
                 break
             stats.add(result)
+        self._retire(now=True)
         return stats
 
     def run_continuous(self, interval_s: float, stop: threading.Event) -> IngestStats:
@@ -308,6 +325,7 @@ class Ingestor:
             if result.manifests:
                 stats.add(result)
             else:
+                self._retire()  # idle: what the last rounds passed goes after interval_s
                 self.heartbeat("idle")
                 stop.wait(interval_s)
         self.heartbeat("stopped")

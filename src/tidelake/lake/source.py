@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.rules import route
 from tidelake.runtime.storage import Storage
-from tidelake.stage.manifest import Manifest, list_manifests, read_manifest
+from tidelake.stage.manifest import Manifest, ManifestListing, read_manifest
 
 
 @dataclass
@@ -42,6 +42,9 @@ class ManifestSource:
     def __init__(self, storage: Storage, max_batch_events: int) -> None:
         self.storage = storage
         self.max_batch_events = max_batch_events
+        # Lists only what is new after the first listing (stage/manifest.py).
+        self.listing = ManifestListing(storage)
+        self._cursor = 0
 
     def next_round(self, cursor: int) -> Round | None:
         """The round after stream sequence ``cursor``; None when nothing is staged."""
@@ -53,7 +56,10 @@ class ManifestSource:
     def _manifests(self, cursor: int) -> list[Manifest]:
         manifests: list[Manifest] = []
         total = 0
-        for path in list_manifests(self.storage, after_seq=cursor):
+        if cursor < self._cursor:
+            self.listing.rewind()  # a resumed table moved the cursor back
+        self._cursor = cursor
+        for path in self.listing.after(cursor):
             manifest = read_manifest(self.storage, path)
             events = sum(t.events for t in manifest.tables)
             if manifests and total + events > self.max_batch_events:
