@@ -4,7 +4,7 @@ One Hudi table per source table, at ``<lake_root>/<db>/<table>`` (each name perc
 when it holds a character unsafe in a path). Every write is an upsert whose records carry:
 
 * the source primary key as the record key (composite keys too);
-* ``_tl_position`` (DESIGN.md §2) as the ordering field, merged with
+* ``_tl_position`` (docs/architecture.md §2) as the ordering field, merged with
   ``EVENT_TIME_ORDERING``: a record only replaces the stored one when its position is not
   older, whatever the commit it arrives in;
 * ``_hoodie_is_deleted``: deletes travel in the same upsert as the other rows;
@@ -121,12 +121,32 @@ def newest_base_file_bytes(files: Iterable[tuple[str, int]]) -> int:
 _COMPLETED_ACTIONS = (".commit", ".deltacommit", ".replacecommit")
 
 
+#: Keys Hudi writes into every ``hoodie.properties`` it creates (its order is a hash order, so
+#: a file cut short lacks some of them; ``hoodie.table.checksum`` guards the name).
+_REQUIRED_PROPERTIES = (
+    b"hoodie.table.name=",
+    b"hoodie.table.type=",
+    b"hoodie.table.version=",
+    b"hoodie.table.checksum=",
+)
+
+
+def _properties_written(path: Path) -> bool:
+    """True when ``hoodie.properties`` exists whole: every key Hudi always writes is there."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    return all(key in data for key in _REQUIRED_PROPERTIES)
+
+
 def discard_interrupted_creation(path: str) -> bool:
     """Remove a local table directory whose creation was killed before it finished.
 
     Hudi writes ``.hoodie/hoodie.properties`` when it creates a table, before any commit; a
-    process killed in between leaves a ``.hoodie`` without it, and every later write to that
-    path fails. With no properties, no properties backup (left by an interrupted properties
+    process killed in between leaves a ``.hoodie`` without it, or with an empty or torn one
+    (killed inside the write; seen by ``make chaos``), and every later write to that path
+    fails. With no properties, no properties backup (left by an interrupted properties
     update) and no completed commit, the directory holds nothing committed: it is removed so
     the next write creates the table afresh. Returns True when it removed something.
     """
@@ -134,7 +154,7 @@ def discard_interrupted_creation(path: str) -> bool:
     if local is None:
         return False
     meta = local / ".hoodie"
-    if not meta.is_dir() or (meta / "hoodie.properties").exists():
+    if not meta.is_dir() or _properties_written(meta / "hoodie.properties"):
         return False
     if (meta / "hoodie.properties.backup").exists():
         return False

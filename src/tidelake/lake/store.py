@@ -212,6 +212,8 @@ class TableStore:
         interrupted after its tombstone is finished here.
         """
         if table_id not in self._checkpoints:
+            if discard_interrupted_creation(self.path(table_id)):  # before Hudi reads it
+                log.warning("removed a table whose creation was interrupted", table=table_id)
             committed = read_checkpoint(self.spark, self.path(table_id))
             tombstone = self.tombstone(table_id)
             if tombstone is not None and (
