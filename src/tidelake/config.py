@@ -64,7 +64,7 @@ class StreamConfig(_Model):
     max_age_s: float = Field(7 * 24 * 3600, gt=0, description="how long messages are kept")
     max_bytes: int = Field(-1, description="stream size limit in bytes; -1 = unlimited")
     duplicate_window_s: float = Field(
-        120, gt=0, description="Nats-Msg-Id de-duplication window (DESIGN.md §3 rule 2)"
+        120, gt=0, description="Nats-Msg-Id de-duplication window (docs/architecture.md §3 rule 2)"
     )
     replicas: int = Field(1, ge=1, le=5, description="stream replicas (clustered NATS)")
 

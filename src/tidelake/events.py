@@ -1,7 +1,7 @@
 """The one internal model: a committed change of one source table, with its ordering position.
 
 Every wire format decodes into :class:`ChangeEvent`; every later stage (staging, ingest,
-verification) works on it and nothing else. See DESIGN.md §1 and §2.
+verification) works on it and nothing else. See docs/architecture.md §1 and §2.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Op(enum.StrEnum):
 
 @dataclass(frozen=True, order=True, slots=True)
 class Position:
-    """Total order of the changes of one source, in commit order (DESIGN.md §2).
+    """Total order of the changes of one source, in commit order (docs/architecture.md §2).
 
     A tuple of unsigned integers compared left to right: for TiDB ``(commitTs, stream
     sequence, row index)``, for MySQL ``(binlog file number, transaction offset, row index)``,

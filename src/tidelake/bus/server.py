@@ -1,7 +1,7 @@
 """The embedded ``nats-server``: a JetStream child process with its own store directory.
 
-Used when ``bus.url`` is unset (DESIGN.md §6) and by the test fixtures. The server listens on
-127.0.0.1 only. A port of 0 means "pick a free one", chosen once and then kept, so that
+Used when ``bus.url`` is unset (docs/architecture.md §6) and by the test fixtures. The server
+listens on 127.0.0.1 only. A port of 0 means "pick a free one", chosen once and then kept, so that
 :meth:`EmbeddedNats.restart` (the chaos tests kill the server) comes back on the same URL
 with the same store directory and therefore the same streams, consumers and messages. The
 process itself is a :class:`tidelake.runtime.processes.ChildProcess`.

@@ -3,8 +3,8 @@
 One row change per message, with TiCDC's field set (``id, database, table, pkNames, isDdl,
 type, es, ts, sql, sqlType, mysqlType, data, old``) plus
 ``_tidelake: {"position": Position.encode(), "source": "mysql"|"postgres", "commit_ts_ms"}``,
-which ``formats/canal_json.py`` decodes (DESIGN.md §1). Values are canal-json text (NULL is
-null); ``old`` holds only the columns an UPDATE changed, as canal does.
+which ``formats/canal_json.py`` decodes (docs/architecture.md §1). Values are canal-json text (NULL
+is null); ``old`` holds only the columns an UPDATE changed, as canal does.
 
 The ``Nats-Msg-Id`` is the position itself, so a message republished after a capture
 restart is dropped by JetStream inside the duplicate window.

@@ -4,7 +4,7 @@ python-mysql-replication registers as a replica (``capture.server_id``) and read
 every row change and every DDL statement of a captured table becomes one canal-json message
 (``capture/canal.py``) in binlog order, which is commit order.
 
-Positions (DESIGN.md §2): ``(binlog file number, transaction offset, row index)``. The
+Positions (docs/architecture.md §2): ``(binlog file number, transaction offset, row index)``. The
 transaction offset is where the transaction begins: the end of the previous transaction's
 commit event, which is also the resume point saved once that commit is acknowledged, so a
 restart computes exactly the same positions (and message ids) again. A DDL statement is its

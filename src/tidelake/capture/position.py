@@ -1,7 +1,7 @@
 """The capture's saved position: one small JSON file, replaced atomically.
 
-Written only with a state whose every message JetStream has acknowledged (DESIGN.md §1), so
-a restart resumes at a transaction boundary with nothing lost; messages published after the
+Written only with a state whose every message JetStream has acknowledged (docs/architecture.md §1),
+so a restart resumes at a transaction boundary with nothing lost; messages published after the
 saved state and before a crash are published again with the same ``Nats-Msg-Id`` and
 dropped by JetStream (or by the ingest's position watermark past the duplicate window).
 

@@ -2,8 +2,8 @@
 
 A publication (``capture.publication``, created when missing) names the captured tables and a
 logical replication slot (``capture.slot``) keeps the WAL the capture has not confirmed.
-Positions (DESIGN.md §2): ``(commit LSN, index in the transaction)``; the commit LSN is known
-from the BEGIN message already, so rows are published as they arrive. The flushed LSN is
+Positions (docs/architecture.md §2): ``(commit LSN, index in the transaction)``; the commit LSN is
+known from the BEGIN message already, so rows are published as they arrive. The flushed LSN is
 confirmed to the server only after the PubAcks of the whole transaction (the runner calls
 :meth:`PostgresSource.confirm` once the position file holds it).
 

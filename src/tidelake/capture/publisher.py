@@ -1,13 +1,13 @@
 """Ordered, durable publishing of change messages to JetStream.
 
 Every message carries a ``Nats-Msg-Id`` derived from its source position, so a message
-republished inside the stream's duplicate window is dropped by JetStream (DESIGN.md §3
+republished inside the stream's duplicate window is dropped by JetStream (docs/architecture.md §3
 rule 2). Messages go out asynchronously but in call order, and :meth:`Publisher.durable`
 reports how far the PubAcks have come: a capture saves its source position only up to there.
 
 **Stream order = call order, across server restarts.** The ingest's per-table position
-watermark (DESIGN.md §3 rule 2) drops a row event whose position is at or below one it has
-already committed, so a message stored *after* a later one of the same table would be lost.
+watermark (docs/architecture.md §3 rule 2) drops a row event whose position is below one it
+has already committed, so a message stored *after* a later one of the same table would be lost.
 When nats-server dies, the messages written to the dead socket are lost, while nats-py keeps
 the ones still in its unsent buffer and sends them first thing on the new connection: the
 stream would then hold a later message before an earlier one. :meth:`Publisher.open` avoids

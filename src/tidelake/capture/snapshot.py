@@ -6,7 +6,7 @@ snapshot the replication slot exported at its consistent point). The snapshot ro
 positions just below that point, ``(point - 1, running index)``, so in every table they sort
 after whatever the lake already holds from an earlier attempt and before every change
 streamed from the point on: streaming then starts exactly at the point, with no gap and no
-duplicate (DESIGN.md §2, docs/capture.md).
+duplicate (docs/architecture.md §2, docs/capture.md).
 
 Chunks are keyset reads (``WHERE key > last key ORDER BY key LIMIT n``), so a large table
 never sits in memory and an interrupted snapshot resumes after the last acknowledged key.

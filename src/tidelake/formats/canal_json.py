@@ -3,7 +3,7 @@
 Fields read: ``database, table, pkNames, isDdl, type, es, sql, mysqlType, data, old`` and the
 extensions ``_tidb`` (TiCDC ``enable-tidb-extension``: ``commitTs``, ``watermarkTs``) and
 ``_tidelake`` (tidelake's capture: ``position``, ``source``, ``commit_ts_ms``). ``ts`` (the
-encoder's clock) and ``es`` are never ordering (DESIGN.md §2); ``sqlType`` is not needed.
+encoder's clock) and ``es`` are never ordering (docs/architecture.md §2); ``sqlType`` is not needed.
 
 Positions, one shape per source:
 
@@ -16,8 +16,8 @@ Positions, one shape per source:
   should a message carry several rows, ``row_index`` is appended as an extra component.
 
 The row component is doubled because a primary-key UPDATE becomes two events (DELETE of the
-old key, then the new row as UPDATE: "old key deleted, new key present", DESIGN.md §1): the
-DELETE takes ``2*row_index``, the UPDATE ``2*row_index + 1``. With ``_tidelake.position`` the
+old key, then the new row as UPDATE: "old key deleted, new key present", docs/architecture.md §1):
+the DELETE takes ``2*row_index``, the UPDATE ``2*row_index + 1``. With ``_tidelake.position`` the
 DELETE keeps the row's position ``p`` and the UPDATE takes ``p + (1,)``, which sorts right
 after ``p`` and before the next row's position.
 
@@ -175,7 +175,8 @@ def _update_events(
         return [
             ChangeEvent(op=Op.UPDATE, position=pos, key=key, before=before, after=row, **common)
         ]
-    # The key changed: the old key is deleted, then the new row is written (DESIGN.md §1).
+    # The key changed: the old key is deleted, then the new row is written (docs/architecture.md
+    # §1).
     update_pos = _row_position(*place, split=True)
     return [
         ChangeEvent(op=Op.DELETE, position=pos, key=old_key, before=before, **common),

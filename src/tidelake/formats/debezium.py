@@ -43,8 +43,8 @@ Values:
   TOASTed PostgreSQL column under REPLICA IDENTITY DEFAULT, in its string, bytes, array and
   hstore forms) is removed from the row and the column listed in ``unchanged``.
 
-Positions (DESIGN.md §2), each followed by a split component (0, or 1 for the UPDATE half of
-a key change, so the DELETE of the old key sorts first):
+Positions (docs/architecture.md §2), each followed by a split component (0, or 1 for the UPDATE
+half of a key change, so the DELETE of the old key sorts first):
 
 * MySQL/MariaDB: ``(binlog file number, source.pos, source.row, split)``. Snapshot rows carry
   the binlog position read when the snapshot started, row 0; every row event streamed after

@@ -1,7 +1,7 @@
 """The ingest checkpoint of one table, carried in the extra metadata of its Hudi commits.
 
 Like HoodieStreamer's checkpoint, it is written in the same atomic commit as the data it
-covers (DESIGN.md §3), so data and checkpoint cannot disagree: after a crash the ingest
+covers (docs/architecture.md §3), so data and checkpoint cannot disagree: after a crash the ingest
 resumes from the checkpoint of the latest completed commit, and an interrupted commit is
 rolled back by Hudi with its checkpoint.
 
@@ -26,8 +26,10 @@ class TableCheckpoint:
     """What one table has applied.
 
     ``seq``: the highest stream sequence covered (events at or below it are duplicates);
-    ``position``: the highest encoded position applied (the table's watermark: row events at
-    or below it are republished copies); ``schema_version``: DDL events applied so far;
+    ``position``: the highest encoded position applied (the table's watermark: row events
+    strictly below it are republished copies; one at it may share its position with applied
+    events and is applied again, which re-applies the same image); ``schema_version``: DDL events
+    applied so far;
     ``columns``: the source type of each column the table stores, in table order, as DDL
     declared it or as the rows were typed (``lake/definitions.py``): the table's own
     definition, carried in the same commit as the data it typed. Empty for a table written

@@ -13,7 +13,7 @@ it changed, and applies each entry once (by its ``at_ms``):
 * ``resume``: the ingest resumes the table, whether an operator, the ingest itself or an
   earlier ingest process paused it; its failure count is reset and the cursor goes back to
   the table's checkpoint so the events it skipped while paused are read again (the other
-  tables skip them by their own checkpoints, DESIGN.md §3 rule 1).
+  tables skip them by their own checkpoints, docs/architecture.md §3 rule 1).
 * ``skip_ddl`` (with ``seq``, the stream sequence of the DDL the table is paused on, from
   ``ddl_blocked.json``): a resume that also tells the ingest to record that one DDL as
   applied without changing the table (``lake/evolve.py`` asks

@@ -1,4 +1,4 @@
-"""DDL text → schema operations for the lake (DESIGN.md §5). Never executed: only parsed.
+"""DDL text → schema operations for the lake (docs/architecture.md §5). Never executed: only parsed.
 
 A DDL event carries the statement the source ran (TiCDC canal-json ``sql``, tidelake's own
 capture, a Debezium truncate). :func:`parse_ddl` parses it with sqlglot in the source's

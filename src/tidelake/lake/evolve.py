@@ -1,4 +1,6 @@
-"""Applying DDL to the lake's Hudi tables: schema evolution at the barrier (DESIGN.md §5).
+"""Applying DDL to the lake's Hudi tables: schema evolution at the barrier.
+
+docs/architecture.md §5 describes where it stands in the ingest.
 
 The ingest calls :meth:`SchemaEvolver.apply` for a DDL event after the rows that precede it
 are committed, and before any row that follows it: rows before the DDL land under the old

@@ -271,7 +271,7 @@ class SkippedRecord(_Record):
     table: str
     #: The last stream sequence of the round.
     seq_last: int
-    #: At or below the table's checkpoint (DESIGN.md §3 rule 1).
+    #: At or below the table's checkpoint (docs/architecture.md §3 rule 1).
     duplicates: int = 0
     #: Below the table's position watermark (rule 2).
     stale: int = 0

@@ -1,4 +1,4 @@
-"""The ingest's exactly-once rules, as pure functions (DESIGN.md §3): no Spark, no I/O.
+"""The ingest's exactly-once rules, as pure functions (docs/architecture.md §3): no Spark, no I/O.
 
 Given a table's :class:`TableCheckpoint` and the events of a round, these decide
 
@@ -36,7 +36,8 @@ class Filtered:
 
 
 def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | None) -> Filtered:
-    """Drop what the table already holds (DESIGN.md §3 rules 1 and 2), keep stream order."""
+    """Drop what the table already holds (docs/architecture.md §3 rules 1 and 2), keep stream
+    order."""
     out = Filtered()
     seen: set[tuple[int, str]] = set()
     seq_floor = checkpoint.seq if checkpoint else 0

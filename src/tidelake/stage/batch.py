@@ -10,7 +10,7 @@ Every received message lands in exactly one bucket, which the manifest records:
 * **dead_lettered**: the caller already has it durably in the DLQ stream;
 * **skipped**: it carries no row (a TiCDC watermark, a tombstone);
 
-so ``received == staged + dead_lettered + skipped`` for every batch (DESIGN.md §4).
+so ``received == staged + dead_lettered + skipped`` for every batch (docs/architecture.md §4).
 
 A batch is cut when it holds ``max_events`` messages, ``max_bytes`` of payload, when its
 first message is ``max_age_s`` old, or after a DDL event: a DDL is a barrier, the last event

@@ -1,4 +1,6 @@
-"""The stager: durable pull consumer on the CDC stream -> staged batches (DESIGN.md §1, §4).
+"""The stager: durable pull consumer on the CDC stream -> staged batches.
+
+docs/architecture.md §1 and §4 describe its contracts.
 
 The loop, and why each step comes where it does:
 
@@ -21,7 +23,7 @@ for it too.
 
 A crash before step 3 completes only means redelivery: the batch is staged again and shows
 up as a second manifest whose sequence range overlaps the first (the ingest skips what its
-checkpoint holds; DESIGN.md §3).
+checkpoint holds; docs/architecture.md §3).
 
 Poison batches. The consumer's server-side MaxDeliver is unlimited (see
 :mod:`tidelake.bus.provision`); this loop enforces ``bus.consumer.max_deliver``: a message
@@ -256,8 +258,8 @@ class Stager:
 
     # -- stream order -----------------------------------------------------------------------
     #
-    # The ingest skips every event at or below a table's checkpoint sequence (DESIGN.md §3),
-    # so a manifest must never hold sequence S while some S' < S still waits to be staged:
+    # The ingest skips every event at or below a table's checkpoint sequence (docs/architecture.md
+    # §3), so a manifest must never hold sequence S while some S' < S still waits to be staged:
     # that S' would be skipped as a duplicate when it finally came. JetStream can deliver
     # out of stream order — a restarted stager gets new messages at once but those its dead
     # predecessor held only after AckWait; a reply lost on a reconnect is redelivered later —

@@ -1,4 +1,4 @@
-"""The manifest: the one record that makes a staged batch exist (DESIGN.md §4).
+"""The manifest: the one record that makes a staged batch exist (docs/architecture.md §4).
 
 Layout under the staging root::
 

@@ -1,7 +1,7 @@
 """Whatever arrives, decode() returns a Decoded or raises DecodeError: nothing else escapes.
 
 That is what routes a malformed message to the dead-letter stream instead of crashing the
-stager (DESIGN.md §4).
+stager (docs/architecture.md §4).
 """
 
 from __future__ import annotations
