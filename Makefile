@@ -54,14 +54,14 @@ bench: setup ## Benchmarks side by side (nats bench, HoodieStreamer, Hudi, Parqu
 
 .PHONY: lint
 lint: setup ## ruff and mypy (strict)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff format --check src tests bench tools
 	$(VENV)/bin/mypy
 
 .PHONY: fmt
 fmt: setup ## Format the code with ruff
-	$(VENV)/bin/ruff format src tests
-	$(VENV)/bin/ruff check --fix src tests
+	$(VENV)/bin/ruff format src tests bench tools
+	$(VENV)/bin/ruff check --fix src tests bench tools
 
 .PHONY: clean
 clean: ## Remove the demo's data directory (.tidelake/)

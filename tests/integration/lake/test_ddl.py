@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 from lakekit import Lake, ddl_event, event
 
-from tidelake.api import control
 from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
 from tidelake.events import ChangeEvent, Op, Position
@@ -195,7 +194,7 @@ def test_a_ddl_the_lake_cannot_apply_pauses_only_its_table_until_skip_ddl(lake: 
     assert {"1": ("new",)} == lake.state()  # the row before the DDL landed, not after
     assert {"1": ("A",), "2": ("B",)} == _rows(lake, "shop.items", "sku")  # went on
 
-    control.request(state, "shop.orders", "skip_ddl", seq=blocked["shop.orders"].seq)
+    Ledger(state).request("shop.orders", "skip_ddl", seq=blocked["shop.orders"].seq)
     ingestor.run_once()
     assert {"1": ("paid",)} == lake.state()
     assert "decimal128(10, 2)" == _schema(lake, "shop.orders")["amount"]

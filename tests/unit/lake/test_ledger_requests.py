@@ -1,5 +1,5 @@
-"""The operator's side of table control by state directory (``api/control.py``): requests
-land in control.json through the ledger (the ingest's side: tests/unit/lake/test_control.py)."""
+"""The operator's side of table control: requests land in control.json through the ledger
+(the ingest's side: tests/unit/lake/test_control.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tidelake.api.control import read_requests, request
+from tidelake.lake.ledger import Action, Ledger, TableRequest
+
+
+def request(
+    state: Path, table: str, action: Action, reason: str = "", seq: int | None = None
+) -> TableRequest:
+    return Ledger(state).request(table, action, reason, seq)
+
+
+def read_requests(state: Path) -> dict[str, TableRequest]:
+    return Ledger(state).requests()
 
 
 def test_requests_keep_the_last_action_per_table(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from tidelake.api.control import read_requests, skipped_ddl_seq
+from tidelake.lake.ledger import Ledger
 
 
 def _tidelake(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,8 +35,8 @@ def test_skip_ddl_writes_a_skip_request_for_the_blocked_ddls_sequence(tmp_path: 
     proc = _tidelake(tmp_path, "table", "skip-ddl", "shop.orders")
     assert 0 == proc.returncode, proc.stderr
     assert "stream sequence 42" in proc.stdout
-    assert 42 == skipped_ddl_seq(state, "shop.orders")
-    assert "skip_ddl" == read_requests(state)["shop.orders"].action
+    assert 42 == Ledger(state).skipped_ddl_seq("shop.orders")
+    assert "skip_ddl" == Ledger(state).requests()["shop.orders"].action
 
 
 def test_skip_ddl_refuses_a_table_not_paused_on_a_ddl(tmp_path: Path) -> None:
@@ -44,4 +44,4 @@ def test_skip_ddl_refuses_a_table_not_paused_on_a_ddl(tmp_path: Path) -> None:
     proc = _tidelake(tmp_path, "table", "skip-ddl", "shop.orders")
     assert 2 == proc.returncode
     assert "not paused on a DDL" in proc.stderr
-    assert {} == read_requests(tmp_path / "lake" / "_tidelake")
+    assert {} == Ledger(tmp_path / "lake" / "_tidelake").requests()
