@@ -24,7 +24,7 @@ from tidelake.capture.tables import TableFilter
 from tidelake.events import Position
 
 if TYPE_CHECKING:
-    from tidelake.capture.postgres import RelationInfo
+    from tidelake.capture.pgoutput import RelationInfo
 
 log = structlog.get_logger(__name__)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 #: pgoutput timestamps count microseconds from 2000-01-01 UTC.
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
@@ -232,3 +233,39 @@ def lsn_text(lsn: int) -> str:
 def parse_lsn(text: str) -> int:
     high, low = text.split("/")
     return (int(high, 16) << 32) | int(low, 16)
+
+
+@dataclass
+class RelationInfo:
+    """What the capture knows of one relation: names, SQL types and primary key."""
+
+    relid: int
+    namespace: str
+    name: str
+    columns: list[tuple[str, int, int]]  # name, type oid, type modifier
+    types: dict[str, str]
+    pk: tuple[str, ...]
+
+    @property
+    def table_id(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "columns": [list(c) for c in self.columns],
+            "types": self.types,
+            "pk": list(self.pk),
+        }
+
+    @classmethod
+    def from_dict(cls, relid: int, d: dict[str, Any]) -> RelationInfo:
+        return cls(
+            relid,
+            d["namespace"],
+            d["name"],
+            [(str(c[0]), int(c[1]), int(c[2])) for c in d["columns"]],
+            dict(d["types"]),
+            tuple(d["pk"]),
+        )

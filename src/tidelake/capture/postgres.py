@@ -42,6 +42,7 @@ from psycopg2 import sql
 from tidelake.capture import pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
+from tidelake.capture.pgoutput import RelationInfo
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
 from tidelake.capture.tables import TableFilter
@@ -90,42 +91,6 @@ def output_text(cursor: Any, type_oids: Iterable[int]) -> None:
 
 def _as_is(value: str | None, _cursor: Any) -> str | None:
     return value
-
-
-@dataclass
-class RelationInfo:
-    """What the capture knows of one relation: names, SQL types and primary key."""
-
-    relid: int
-    namespace: str
-    name: str
-    columns: list[tuple[str, int, int]]  # name, type oid, type modifier
-    types: dict[str, str]
-    pk: tuple[str, ...]
-
-    @property
-    def table_id(self) -> str:
-        return f"{self.namespace}.{self.name}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "columns": [list(c) for c in self.columns],
-            "types": self.types,
-            "pk": list(self.pk),
-        }
-
-    @classmethod
-    def from_dict(cls, relid: int, d: dict[str, Any]) -> RelationInfo:
-        return cls(
-            relid,
-            d["namespace"],
-            d["name"],
-            [(str(c[0]), int(c[1]), int(c[2])) for c in d["columns"]],
-            dict(d["types"]),
-            tuple(d["pk"]),
-        )
 
 
 def relation_ddl(

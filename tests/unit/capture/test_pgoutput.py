@@ -3,7 +3,8 @@
 import struct
 
 from tidelake.capture import pgoutput
-from tidelake.capture.postgres import RelationInfo, relation_ddl
+from tidelake.capture.pgoutput import RelationInfo
+from tidelake.capture.postgres import relation_ddl
 
 
 def _s(text: str) -> bytes:
