@@ -8,41 +8,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from order_events import TYPES, ev
 from pyspark.sql.types import DecimalType
 
 from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.rows import TableTypes, build_batch
-
-TYPES = {"id": "bigint", "status": "varchar(8)"}
-
-
-def ev(
-    op: str,
-    key: int,
-    pos: tuple[int, ...],
-    seq: int,
-    status: str | None = None,
-    before: dict[str, Any] | None = None,
-) -> ChangeEvent:
-    row = {"id": str(key), "status": status}
-    return ChangeEvent(
-        source="test",
-        database="shop",
-        table="orders",
-        op=Op(op),
-        position=Position(pos),
-        pk=("id",),
-        key={"id": str(key)},
-        before=row if op == "delete" else before,
-        after=None if op == "delete" else row,
-        commit_ts_ms=1_000,
-        column_types=TYPES,
-        seq=seq,
-    )
-
-
-def key_of(image: Any) -> tuple[Any, ...]:
-    return (int(image["id"]),)
 
 
 def test_build_batch_types_rows_and_marks_deletes() -> None:

@@ -3,7 +3,7 @@ the next checkpoint and its watermark, DDL routing; pure, no Spark."""
 
 from __future__ import annotations
 
-from typing import Any
+from order_events import ev, key_of
 
 from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.checkpoint import TableCheckpoint
@@ -16,37 +16,6 @@ from tidelake.lake.rules import (
     rows_seq_last,
     watermark,
 )
-
-TYPES = {"id": "bigint", "status": "varchar(8)"}
-
-
-def ev(
-    op: str,
-    key: int,
-    pos: tuple[int, ...],
-    seq: int,
-    status: str | None = None,
-    before: dict[str, Any] | None = None,
-) -> ChangeEvent:
-    row = {"id": str(key), "status": status}
-    return ChangeEvent(
-        source="test",
-        database="shop",
-        table="orders",
-        op=Op(op),
-        position=Position(pos),
-        pk=("id",),
-        key={"id": str(key)},
-        before=row if op == "delete" else before,
-        after=None if op == "delete" else row,
-        commit_ts_ms=1_000,
-        column_types=TYPES,
-        seq=seq,
-    )
-
-
-def key_of(image: Any) -> tuple[Any, ...]:
-    return (int(image["id"]),)
 
 
 def test_filter_drops_what_the_checkpoint_covers_by_sequence_and_by_position() -> None:
