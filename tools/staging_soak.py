@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,8 +25,15 @@ from pathlib import Path
 
 
 def _size(root: Path) -> tuple[int, int]:
-    files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
-    return sum(p.stat().st_size for p in files), len(files)
+    """Bytes and files under ``root``; a file removed while it is counted (retention, Hudi's
+    own clean-up) is not counted."""
+    total = files = 0
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(dirpath, name)).st_size
+                files += 1
+    return total, files
 
 
 def main() -> int:

@@ -5,16 +5,19 @@ processes of ``run``/``demo``/``chaos`` and the test fixtures all start a child 
 through :class:`ChildProcess`. Its contract:
 
 * **Own session.** The child is the leader of a new session and process group, so a Ctrl-C in
-  the terminal reaches only the parent, and a signal sent by this class reaches the whole
-  group — the ingest's JVM included.
+  the terminal reaches only the parent; a pause (SIGSTOP) and a kill reach the whole group —
+  the ingest's JVM included.
 * **Readiness.** :meth:`ChildProcess.start` returns once ``ready(process)`` is true: a TCP port
   that accepts (:func:`tcp_port`), an HTTP URL that answers (:func:`http_ok`), a line in the
   log written since this start (:func:`log_line`), or any callable. A child that exits before
   it is ready, or is not ready within ``startup_timeout_s``, raises :class:`ProcessError` with
   the end of its log, and nothing of it is left running.
 * **Stop.** :meth:`ChildProcess.stop` sends the stop signal (SIGTERM by default; PostgreSQL
-  wants SIGINT, its "fast" shutdown) to the group — after a SIGCONT, so a group the chaos
-  harness paused can act on it — waits ``stop_timeout_s`` for the leader, then SIGKILLs the
+  wants SIGINT, its "fast" shutdown) to the leader only — after a SIGCONT to the group, so a
+  group the chaos harness paused can act on it. The leader owns its children and stops them
+  in its order: the ingest finishes its running commit before its JVM goes, ``tidelake run``
+  stops its stages one after the other; a signal to the whole group would hit the JVM in
+  the middle of that commit. Then it waits ``stop_timeout_s`` for the leader, SIGKILLs the
   group and every descendant still alive, and returns the leader's exit status.
 * **Kill.** :meth:`ChildProcess.kill` is SIGKILL of the group and every descendant at any
   instant, as a crash would; :meth:`ChildProcess.restart` is stop (or kill) then start.
@@ -316,7 +319,7 @@ class ChildProcess:
         if proc is None:
             return None
         if proc.poll() is None:
-            self.send_signal(signal.SIGCONT)
+            self.signal_group(signal.SIGCONT)
             self.send_signal(sig or self.stop_signal)
             try:
                 proc.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
@@ -349,6 +352,12 @@ class ChildProcess:
     # -- signals -------------------------------------------------------------------------------
 
     def send_signal(self, sig: signal.Signals) -> None:
+        """``sig`` to the leader (nothing when it is not running): it decides for its children."""
+        if self.alive() and self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(sig)
+
+    def signal_group(self, sig: signal.Signals) -> None:
         """``sig`` to the child's whole process group (nothing when it is not running)."""
         if self.alive() and self._proc is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -356,10 +365,10 @@ class ChildProcess:
 
     def pause(self) -> None:
         """SIGSTOP the group (a stall, as a long GC pause or a frozen VM would)."""
-        self.send_signal(signal.SIGSTOP)
+        self.signal_group(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self.send_signal(signal.SIGCONT)
+        self.signal_group(signal.SIGCONT)
 
     def wait(self, timeout_s: float | None = None) -> int:
         """Until the leader exits; its status. Raises :class:`subprocess.TimeoutExpired`."""

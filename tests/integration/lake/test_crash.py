@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from lakekit import Lake, event
 
+from tidelake.runtime.processes import ChildProcess, tidelake_argv
+
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _tidelake(lake: Lake, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    """``tidelake <args>`` as its own process group (the Spark JVM is in it too)."""
-    env = {**os.environ, **lake.env}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tidelake.cli", *args],
-        env=env,
-        cwd=REPO,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"the ingest exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; ingest log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.02)
+def _tidelake(lake: Lake, log: Path, *args: str) -> ChildProcess:
+    """``tidelake <args>`` started in its own session (the Spark JVM is in it too)."""
+    return ChildProcess(
+        "ingest", tidelake_argv(*args), log_path=log, env=lake.env, cwd=REPO, stop_timeout_s=120
+    ).start()
 
 
 def _inflight(lake: Lake) -> set[str]:
@@ -65,9 +44,8 @@ def test_kill_9_during_a_commit_then_restart_ends_in_the_expected_state(
 
     log = tmp_path / "ingest.log"
     proc = _tidelake(lake, log, "ingest", "--once")
-    _wait_for(lambda: bool(_inflight(lake) - known), proc, log)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.wait_until(lambda _p: bool(_inflight(lake) - known), 180, "a commit inflight")
+    proc.kill()
     interrupted = _inflight(lake) - known
     assert not interrupted & _completed(lake), "the commit finished before the kill"
 
@@ -93,16 +71,15 @@ def test_sigterm_in_continuous_mode_finishes_the_commit_and_exits_0(
     log = tmp_path / "ingest.log"
     proc = _tidelake(lake, log, "ingest", "--continuous", "--interval", "0.2")
     try:
-        _wait_for(lambda: len(lake.commits()) == 1, proc, log)
+        proc.wait_until(lambda _p: len(lake.commits()) == 1, 180, "the first commit")
         known = _inflight(lake)
         lake.stage([event("update", 1, 11, 2, values={"status": "b"})])
-        _wait_for(lambda: bool(_inflight(lake) - known), proc, log)
+        proc.wait_until(lambda _p: bool(_inflight(lake) - known), 180, "a commit inflight")
         proc.send_signal(signal.SIGTERM)
         expected_rc = 0
-        assert expected_rc == proc.wait(timeout=120), log.read_text()[-3000:]
+        assert expected_rc == proc.wait(120), proc.log_tail(60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
     expected_state = {"1": ("b",)}
     assert expected_state == lake.state()
     expected_seqs = [1, 2]

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.hudi import DELETE_FIELD, ORDERING_FIELD, write_options
 from tidelake.lake.jvm_errors import SEPARATOR, describe_error, error_causes
 from tidelake.lake.ledger import Ledger
+from tidelake.runtime.processes import ChildProcess, tidelake_argv
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -155,7 +154,7 @@ def test_a_failed_commit_raises_an_ingest_error_with_the_cause_chain(lake: Lake)
 
 def _tidelake(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidelake.cli", *args],
+        tidelake_argv(*args),
         env={**os.environ, **lake.env, "COLUMNS": "200"},
         cwd=REPO,
         capture_output=True,
@@ -229,40 +228,28 @@ def test_continuous_ingest_shows_the_cause_while_retrying_then_pauses_with_it(
     )
     lake.stage([event("update", 1, 11, 2, values={"status": "paid", "amount": "1.00"})])
     state = Path(lake.config.lake_state_dir)
-    log = tmp_path / "ingest.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tidelake.cli",
-            "ingest",
-            "--continuous",
-            "--interval",
-            "0.2",
-            "--config",
-            str(config),
-        ],
-        env={**os.environ, **lake.env, "TIDELAKE_INGEST__WARM_UP": "false"},
+    proc = ChildProcess(
+        "ingest",
+        tidelake_argv("ingest", "--continuous", "--interval", "0.2", "--config", str(config)),
+        log_path=tmp_path / "ingest.log",
+        env={**lake.env, "TIDELAKE_INGEST__WARM_UP": "false"},
         cwd=REPO,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+        stop_timeout_s=120,
+    ).start()
     errors_seen: set[str] = set()
+
+    def paused(_p: ChildProcess) -> bool:
+        heartbeat = Ledger(state).heartbeat() or {}
+        if heartbeat.get("last_error"):
+            errors_seen.add(str(heartbeat["last_error"]))
+        return "shop.orders" in Ledger(state).paused()
+
     try:
-        deadline = time.monotonic() + 240
-        while "shop.orders" not in Ledger(state).paused():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            heartbeat = Ledger(state).heartbeat() or {}
-            if heartbeat.get("last_error"):
-                errors_seen.add(str(heartbeat["last_error"]))
-            time.sleep(0.05)
+        proc.wait_until(paused, 240, "shop.orders paused")
         proc.send_signal(signal.SIGTERM)
-        assert 0 == proc.wait(timeout=120), log.read_text()[-3000:]
+        assert 0 == proc.wait(120), proc.log_tail(60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
 
     cause = (
         "shop.orders: the Hudi write failed: HoodieException: Config conflict(key  current "
@@ -271,6 +258,6 @@ def test_continuous_ingest_shows_the_cause_while_retrying_then_pauses_with_it(
     assert [cause] == sorted(errors_seen)
     reason = Ledger(state).paused()["shop.orders"]
     assert f"{cause} (failed 3 times in a row)" == reason
-    assert "table paused" in log.read_text()
+    assert "table paused" in (tmp_path / "ingest.log").read_text()
     status = _tidelake(lake, "status")
     assert f"error ingest shop.orders: paused: {reason}" in status.stdout, status.stdout

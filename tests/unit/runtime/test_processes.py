@@ -103,6 +103,45 @@ def test_stop_escalates_to_sigkill_of_the_whole_group(tmp_path: Path) -> None:
     )
 
 
+#: A leader whose grandchild notes any SIGTERM in a file; the leader exits 0 on SIGTERM once
+#: it has "finished its work" (as the ingest finishes its commit before its JVM stops).
+LEADER_OWNS_ITS_CHILD = """
+import signal, subprocess, sys, time
+marker = sys.argv[1]
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, sys, time\\n"
+    "def on(s, f):\\n"
+    f"    open({marker!r}, 'w').write('grandchild got SIGTERM')\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, on)\\n"
+    "print('child up', flush=True)\\n"
+    "time.sleep(600)\\n"])
+def on(sig, _f):
+    time.sleep(0.5)  # the running work finishes
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on)
+time.sleep(1)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_the_stop_signal_reaches_the_leader_only(tmp_path: Path) -> None:
+    """stop() signals the leader, which decides for its children; they are not hit by the
+    stop signal in the middle of their work, and none is left after the leader exits."""
+    marker = tmp_path / "grandchild-signalled"
+    proc = ChildProcess(
+        "leader",
+        [*_py(LEADER_OWNS_ITS_CHILD), str(marker)],
+        log_path=tmp_path / "l.log",
+        ready=log_line("ready"),
+    ).start()
+    assert 0 == proc.stop(timeout_s=10)
+    assert not marker.exists()
+    assert "child up" in proc.log_tail()
+
+
 def test_kill_takes_the_group_at_any_instant(tmp_path: Path) -> None:
     """kill() SIGKILLs the leader and its grandchild; the leader's status is -SIGKILL."""
     proc = ChildProcess(
