@@ -226,9 +226,13 @@ class SchemaEvolver:
         checkpoint = self._next(table_id, event)
         if checkpoint is None:
             return []
-        if self._exists(table_id):
+        if self._exists(table_id) and self.store.checkpoint(table_id) is not None:
             # CREATE TABLE IF NOT EXISTS, or a table the lake has from before: keep it.
             return self._bump(table_id, event, "create table (exists)")
+        # A table directory without any checkpoint holds nothing this DDL's stream committed:
+        # a creation killed after Hudi wrote the table's properties but before its first
+        # commit completed (seen by a short `make chaos` run). It is created as declared, so
+        # the declared column types reach the checkpoint instead of being lost.
         if op.like is not None:
             like_path = self._path(op.like.table_id)
             if not self.store.exists(like_path):

@@ -392,3 +392,37 @@ def test_after_skip_ddl_and_a_catch_up_by_a_new_ingest_status_shows_the_table_un
     assert ["shop.orders"] == list(lake.ingest().refused)
     record.refresh()
     assert ["shop.orders"] == list(record.paused)
+
+
+def test_a_create_table_killed_before_its_commit_keeps_the_declared_types(lake: Lake) -> None:
+    """A kill after Hudi wrote the table's properties but before the CREATE's commit completed
+    leaves a table directory without any checkpoint (a short `make chaos` run): the CREATE,
+    read again, creates the table as declared, so a bare 'decimal' row value is typed by the
+    declared DECIMAL(12,2) instead of being dead-lettered as untypable."""
+    create = "CREATE TABLE `shop`.`amounts` (`id` BIGINT, `total` DECIMAL(12,2), PRIMARY KEY(`id`))"
+    lake.stage([ddl_event("shop.amounts", create, "CREATE", 10, 1)])
+    lake.ingest()
+    timeline = Path(lake.path("shop.amounts")) / ".hoodie" / "timeline"
+    for completed in timeline.glob("*_*.commit"):
+        completed.unlink()  # as if the process died before the commit completed
+    (Path(lake.config.lake_state_dir) / "cursor.json").unlink()
+    lake.stage([ddl_event("shop.amounts", create, "CREATE", 10, 1)])
+    lake.stage(
+        [
+            event(
+                "insert",
+                1,
+                11,
+                2,
+                table="shop.amounts",
+                values={"total": "12.34"},
+                types={"id": "bigint", "total": "decimal"},
+            )
+        ]
+    )
+    stats = lake.ingest()
+    assert {} == stats.refused
+    checkpoint = lake.checkpoint("shop.amounts")
+    assert checkpoint is not None
+    assert {"id": "bigint", "total": "decimal(12,2)"} == dict(checkpoint.columns)
+    assert {"1": (Decimal("12.34"),)} == lake.state("shop.amounts", "total")
