@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 import typer
@@ -431,6 +431,21 @@ def replay(
 # --- tables ----------------------------------------------------------------------------------
 
 
+def _request(
+    config: Path | None, table: str, action: Literal["pause", "resume"], reason: str = ""
+) -> None:
+    """Record ``action`` for ``table`` in the ledger; a bad table name exits 2."""
+    from tidelake.lake.ledger import Ledger
+
+    cfg = _load(config)
+    try:
+        req = Ledger(cfg.lake_state_dir).request(table, action, reason)
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    console.print(f"{action} of {table} requested at {_when(req.at_ms)} UTC")
+
+
 @table_app.command("pause")
 def table_pause(
     table: Annotated[str, typer.Argument(help="<db>.<table>")],
@@ -438,15 +453,7 @@ def table_pause(
     reason: Annotated[str, typer.Option(help="why, shown in the status")] = "",
 ) -> None:
     """Pause the ingest of a table from its next round (its events wait, nothing is lost)."""
-    from tidelake.lake.ledger import Ledger
-
-    cfg = _load(config)
-    try:
-        req = Ledger(cfg.lake_state_dir).request(table, "pause", reason)
-    except ValueError as exc:
-        err_console.print(f"[bold red]{exc}[/]")
-        raise typer.Exit(2) from exc
-    console.print(f"pause of {table} requested at {_when(req.at_ms)} UTC")
+    _request(config, table, "pause", reason)
 
 
 @table_app.command("resume")
@@ -455,15 +462,7 @@ def table_resume(
     config: ConfigOption = None,
 ) -> None:
     """Resume a table paused by an operator or by failures; it catches up from its checkpoint."""
-    from tidelake.lake.ledger import Ledger
-
-    cfg = _load(config)
-    try:
-        req = Ledger(cfg.lake_state_dir).request(table, "resume")
-    except ValueError as exc:
-        err_console.print(f"[bold red]{exc}[/]")
-        raise typer.Exit(2) from exc
-    console.print(f"resume of {table} requested at {_when(req.at_ms)} UTC")
+    _request(config, table, "resume")
 
 
 @table_app.command("skip-ddl")

@@ -45,3 +45,23 @@ def test_skip_ddl_refuses_a_table_not_paused_on_a_ddl(tmp_path: Path) -> None:
     assert 2 == proc.returncode
     assert "not paused on a DDL" in proc.stderr
     assert {} == Ledger(tmp_path / "lake" / "_tidelake").requests()
+
+
+def test_pause_and_resume_record_their_requests_and_a_bare_name_exits_2(tmp_path: Path) -> None:
+    """``table pause`` then ``table resume`` leave the last request in control.json; a table
+    named without its database is refused with exit 2 and nothing written."""
+    state = tmp_path / "lake" / "_tidelake"
+    refused = _tidelake(tmp_path, "table", "pause", "orders")
+    assert 2 == refused.returncode
+    assert {} == Ledger(state).requests()
+    paused = _tidelake(tmp_path, "table", "pause", "shop.orders", "--reason", "backfill")
+    assert 0 == paused.returncode, paused.stderr
+    assert "pause of shop.orders requested at" in paused.stdout
+    assert ("pause", "backfill") == (
+        Ledger(state).requests()["shop.orders"].action,
+        Ledger(state).requests()["shop.orders"].reason,
+    )
+    resumed = _tidelake(tmp_path, "table", "resume", "shop.orders")
+    assert 0 == resumed.returncode, resumed.stderr
+    assert "resume of shop.orders requested at" in resumed.stdout
+    assert "resume" == Ledger(state).requests()["shop.orders"].action
