@@ -90,7 +90,13 @@ class ConsumerConfig(_Model):
 class EmbeddedNatsConfig(_Model):
     """The nats-server child process used when ``bus.url`` is not set."""
 
-    binary: str = Field("nats-server", description="nats-server executable")
+    binary: str | None = Field(
+        None,
+        description=(
+            "nats-server executable; unset = $TIDELAKE_NATS_SERVER, <repo>/.cache/bin/nats-server "
+            "(scripts/gotools), then the PATH"
+        ),
+    )
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="embedded server binds loopback")
     port: int = Field(0, ge=0, le=65535, description="0 = a free port")
     store_dir: Path | None = Field(None, description="default: <home>/nats")
@@ -99,7 +105,20 @@ class EmbeddedNatsConfig(_Model):
 class BusConfig(_Model):
     """Where NATS JetStream is: an external server (``url``) or an embedded child process."""
 
-    url: str | None = Field(None, description="nats://host:port; unset = embedded server")
+    url: str | None = Field(
+        None,
+        description=(
+            "nats://host:port, or several comma-separated (the nodes of a cluster); "
+            "unset = embedded server"
+        ),
+    )
+    monitor_url: str | None = Field(
+        None,
+        description=(
+            "http://host:8222 of the server's monitoring port: `status` reads /varz there and "
+            "warns unless JetStream runs with sync_interval: always (docs/nats.md)"
+        ),
+    )
     auth: AuthConfig = AuthConfig()
     tls: TlsConfig | None = Field(None, description="TLS towards the server; unset = plain")
     embedded: EmbeddedNatsConfig = EmbeddedNatsConfig()
@@ -396,11 +415,27 @@ class ApiConfig(_Model):
     host: str = Field("127.0.0.1", description="bind address; off loopback needs a token")
     port: int = Field(8321, ge=1, le=65535, description="HTTP port")
     token: SecretStr | None = Field(None, description="env TIDELAKE_API__TOKEN")
+    allowed_hosts: list[str] = Field(
+        [],
+        description="Host header names the API answers besides the bind address, localhost, "
+        "127.0.0.1 and [::1] (a DNS-rebinding page sends its own name): 'api.example.com', "
+        "'*.example.com', or '*' for any (only behind a proxy that checks Host itself)",
+    )
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> ApiConfig:
+        # An empty TIDELAKE_API__TOKEN reads as "no token": refused outright rather than
+        # served open, whatever the bind address (an operator who set it meant a token).
+        if self.token is not None and not self.token.get_secret_value().strip():
+            raise ValueError("TIDELAKE_API__TOKEN is empty: set a token or unset the variable")
         if self.host not in ("127.0.0.1", "localhost", "::1") and self.token is None:
             raise ValueError("a bearer token (TIDELAKE_API__TOKEN) is required off loopback")
+        for pattern in self.allowed_hosts:
+            # Starlette's TrustedHostMiddleware asserts on other wildcards; say it here.
+            if "*" in pattern[1:] or (
+                pattern.startswith("*") and pattern != "*" and not pattern.startswith("*.")
+            ):
+                raise ValueError(f"api.allowed_hosts: {pattern!r}: a wildcard is '*.domain' or '*'")
         return self
 
 

@@ -13,7 +13,12 @@ One FastAPI application (OpenAPI at ``/docs`` and ``/openapi.json``):
 It binds 127.0.0.1 by default. Off loopback a bearer token is required (``api.token``, env
 ``TIDELAKE_API__TOKEN``; :class:`~tidelake.config.ApiConfig` refuses the config otherwise);
 when a token is set every route but ``/api/health`` and the dashboard's static files needs
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>``; an empty token is refused at config load.
+
+Whatever the token, a browser page cannot drive or read it (:mod:`tidelake.api.browser_guard`):
+a ``Host`` that does not name this server gets 400 (DNS rebinding), and a request that changes
+state (every POST) gets 403 when a browser sent it from another origin and 415 unless it says
+``Content-Type: application/json``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pydantic import BaseModel, Field
 
 from tidelake import __version__
 from tidelake.api import metrics
+from tidelake.api.browser_guard import BrowserGuard, allowed_hosts
 from tidelake.api.jetstream import is_bus_error
 from tidelake.api.monitor import STALE_AFTER_S, Monitor, status_json, table_states
 from tidelake.config import Config
@@ -96,6 +102,7 @@ def create_app(
         description="Status, metrics and management of a tidelake pipeline.",
         lifespan=lifespan,
     )
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts(cfg.api))
 
     async def authorized(request: Request) -> None:
         if token is None:

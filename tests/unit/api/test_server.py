@@ -23,7 +23,9 @@ def _config(tmp_path: Path, **env: str) -> Config:
 def _get(app: Any, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1:8321"
+        ) as client:
             return await client.get(path, headers=headers or {})
 
     return asyncio.run(go())
