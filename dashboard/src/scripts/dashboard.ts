@@ -237,13 +237,19 @@ async function poll(): Promise<void> {
   }
 }
 
-async function control(action: string, table: string): Promise<void> {
-  const body = action === "pause" ? JSON.stringify({ reason: "from the dashboard" }) : undefined;
-  await fetch(`${apiBase}/api/tables/${encodeURIComponent(table)}/${action}`, {
+/** Every state-changing request: the API refuses one without a JSON Content-Type (a page of
+ * another origin cannot send that without a preflight, which the API never answers). */
+async function post(path: string, body: Json = {}): Promise<Response> {
+  return fetch(`${apiBase}${path}`, {
     method: "POST",
     headers: { ...headers(), "Content-Type": "application/json" },
-    body,
+    body: JSON.stringify(body),
   });
+}
+
+async function control(action: string, table: string): Promise<void> {
+  const body = action === "pause" ? { reason: "from the dashboard" } : {};
+  await post(`/api/tables/${encodeURIComponent(table)}/${action}`, body);
   await poll();
 }
 
@@ -273,7 +279,7 @@ async function pollDeadLetters(s: Json): Promise<void> {
 
 async function deadLetter(action: string, seq: string): Promise<void> {
   if (action === "discard" && !confirm(`discard dead letter ${seq} for good?`)) return;
-  await fetch(`${apiBase}/api/dlq/${seq}/${action}`, { method: "POST", headers: headers() });
+  await post(`/api/dlq/${seq}/${action}`);
   polls = 0;
   await poll();
 }

@@ -108,7 +108,9 @@ class Pipeline:
         return httpx.get(self.url + path, params=params, headers=self.headers(), timeout=30)
 
     def post(self, path: str, body: Any = None) -> httpx.Response:
-        return httpx.post(self.url + path, json=body, headers=self.headers(), timeout=60)
+        # Always a JSON body: the API refuses state changes without Content-Type: application/json.
+        payload = {} if body is None else body
+        return httpx.post(self.url + path, json=payload, headers=self.headers(), timeout=60)
 
     def status(self) -> dict[str, Any]:
         resp = self.get("/api/status")
