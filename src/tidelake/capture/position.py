@@ -6,20 +6,20 @@ saved state and before a crash are published again with the same ``Nats-Msg-Id``
 dropped by JetStream (or by the ingest's position watermark past the duplicate window).
 
 The state is source-specific plain data (see ``capture/mysql.py`` and
-``capture/postgres.py``); this module only makes it durable: write a temporary file in the
-same directory, fsync it, rename it over the old one, fsync the directory.
+``capture/postgres.py``); this module only makes it durable, through
+:func:`tidelake.runtime.durable.write_atomic` (temporary file fsync-ed, renamed over the old
+one, directory fsync-ed).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from tidelake.errors import ConfigError
+from tidelake.runtime.durable import write_atomic
 
 
 class PositionStore:
@@ -46,19 +46,7 @@ class PositionStore:
 
     def save(self, state: dict[str, Any]) -> None:
         """Replace the saved state; on return it survives a crash of this machine."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, orjson.dumps(state, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            with contextlib.suppress(OSError):  # some filesystems refuse a directory fsync
-                os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(
+            self.path, orjson.dumps(state, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+        )
         self.saves += 1

@@ -62,8 +62,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -75,6 +73,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tidelake.errors import Terminal, TidelakeError
+from tidelake.runtime.durable import append_line, make_dirs, write_atomic
 from tidelake.runtime.heartbeat import heartbeat_name, heartbeat_record, read_heartbeat
 
 log = structlog.get_logger(__name__)
@@ -117,55 +116,9 @@ class LedgerVersionError(LedgerError):
 # --- durable writes ---------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def durable_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
-
-    A temporary file beside it (per process and thread, so concurrent writers never share
-    one) is written, flushed and fsync-ed, renamed into place, then the directory is
-    fsync-ed so the rename is durable too.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def durable_append(path: Path, line: bytes) -> None:
-    """Append one line (``line`` without its newline) to ``path`` and fsync it.
-
-    When the file does not end with a newline, an earlier append was cut by a crash: the new
-    line starts on a line of its own, so only the torn line is lost. The directory is
-    fsync-ed too when this append created the file.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    created = not path.exists()
-    with path.open("a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = b"\n" + line
-        f.write(line + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    if created:
-        _fsync_dir(path.parent)
+#: The ingest's whole-file writes and appends: :mod:`tidelake.runtime.durable` (the one helper).
+durable_write = write_atomic
+durable_append = append_line
 
 
 # --- records ----------------------------------------------------------------------------------
@@ -479,7 +432,7 @@ class Ledger:
 
     @contextlib.contextmanager
     def _updating(self) -> Iterator[None]:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.state_dir)
         with self.path(UPDATE_LOCK_FILE).open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:

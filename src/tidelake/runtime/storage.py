@@ -2,23 +2,23 @@
 
 ``LocalStorage`` is the embedded default; ``S3Storage`` is a prefix of an S3 bucket (AWS S3,
 MinIO, any S3-compatible server) through boto3. Both give the same guarantee:
-:meth:`Storage.put` is durable and atomic when it returns (rename after fsync locally; a
-single PUT on S3, which makes an object visible whole or not at all and answers only once it
-is stored), so a reader never sees a partial object.
+:meth:`Storage.put` is durable and atomic when it returns (locally: file, name and new
+directories fsync-ed by :mod:`tidelake.runtime.durable`; a single PUT on S3, which makes an
+object visible whole or not at all and answers only once it is stored), so a reader never
+sees a partial object and an OS crash never takes back what a stage acked after a put.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Protocol
 
 from tidelake.config import S3Config
 from tidelake.errors import StorageError
+from tidelake.runtime.durable import make_dirs, write_atomic
 
 #: URI schemes that name S3 object storage (``s3a`` is Hadoop's, the others read it too).
 S3_SCHEMES = ("s3://", "s3a://")
@@ -52,7 +52,7 @@ class LocalStorage:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
 
     def _abs(self, path: str) -> Path:
         p = (self.root / path).resolve()
@@ -63,22 +63,8 @@ class LocalStorage:
     def put(self, path: str, data: bytes) -> None:
         target = self._abs(path)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            # File, its name and any directory made for it (a new batches/<id>/) fsync-ed.
+            write_atomic(target, data)
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc}") from exc
 
