@@ -37,11 +37,20 @@ SEED = 23  # the issue's number: one fixed, reproducible stream
 EDGE_VALUES: list[Any] = [
     None, True, False, 0, -1, 1.5, -0.0, 2**63 - 1, 2**63, 2**64 - 1, -(2**63), 10**15,
     1.7976931348623157e308, 5e-324, "", "x" * 3000, "NaN", "Infinity", "1e400", "ünï©ødé",
+    "../../x", "\x00", ".hidden", "_tidelake", "n" * 256, "a.b",
     [], {}, [None], [[[[]]]], {"a": {"b": [1, "2", None]}}, "2024-02-30", "-1", "null",
 ]  # fmt: skip
 HOSTILE_TOKENS = [
     b"NaN", b"Infinity", b"-Infinity", b"1e400", b"1" + b"0" * 400, b"18446744073709551616",
     b"\xef\xbb\xbf1", b'"\xff\xfe"', b'"\\ud800"', b'"\x00"', b"0x10", b"[" * 3000 + b"]" * 3000,
+]  # fmt: skip
+
+#: Source names that are data, not paths (the NAMES probes): the stager must stage them under
+#: a safe name or dead-letter them with a reason on the first delivery, never crash on them.
+HOSTILE_NAMES = [
+    ("../../manifests/1-99999999999999999999-evil", "t"), ("shop\x00", "t"), ("shop", "t\x00"),
+    (".hidden", "t"), ("_tidelake", "t"), ("n" * 256, "t"), ("shop", "n" * 256), ("a.b", "c"),
+    ("a", "b.c"), ("Shop", "Orders"), ("shop", "/etc/passwd"), ("shop", ".."),
 ]  # fmt: skip
 
 
@@ -131,6 +140,9 @@ def hostile_stream(env: StageEnv) -> list[tuple[str, bytes, bytes | None]]:
         (other, plain.replace(b'"name-1"', b'"\xc3\x28"'), None),
         (env.subject("shop", "edge"), orjson.dumps(wide), None),
     ]
+    for i, (db, tbl) in enumerate(HOSTILE_NAMES):
+        named = orjson.loads(canal_json("shop", "named", i, 442 * 10**15 + i))
+        out.append((other, orjson.dumps({**named, "database": db, "table": tbl}), None))
     flip = env.subject("fuzz", "flip")
     out += [(flip, m, orjson.dumps({"id": i})) for i, m in enumerate(_type_flips())]
     rnd.shuffle(out)
