@@ -19,10 +19,12 @@ Reading checkpoints goes through Hudi's own timeline API in the Spark JVM
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -51,6 +53,7 @@ from tidelake.lake.hudi import (
 from tidelake.lake.jvm_errors import describe_error
 from tidelake.lake.ledger import Ledger
 from tidelake.lake.schema import source_fields
+from tidelake.runtime.durable import fsync_paths
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -69,6 +72,29 @@ def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
     jvm: Any = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+
+def _changed_since(root: Path, since_ns: int) -> list[Path]:
+    """Files and directories under ``root`` whose mtime or ctime is at or after ``since_ns``
+    (a rename into place changes the ctime), children before their directory is done."""
+    out: list[Path] = []
+    stack = [root]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed by a concurrent cleaner
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if max(st.st_mtime_ns, st.st_ctime_ns) >= since_ns:
+                out.append(Path(entry.path))
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+    return out
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
@@ -265,6 +291,7 @@ class TableStore:
             rewrite=rewrite,
             record_index=self.uses_record_index(path),
         )
+        write_began_ns = time.time_ns()
         try:
             df.write.format("hudi").options(**options).mode("append").save(path)
         except Exception as exc:  # py4j / Spark errors: the JVM cause chain, root cause last
@@ -277,6 +304,7 @@ class TableStore:
                 f"{table_id}: the commit does not hold the checkpoint just written "
                 f"({committed.checkpoint if committed else None} != {checkpoint})"
             )
+        self.sync_commit(table_id, path, write_began_ns)
         self._checkpoints[table_id] = committed
         written = source_fields(df.schema)
         held = self._stored.get(table_id)
@@ -285,6 +313,42 @@ class TableStore:
         elif held is not None:
             held.update({n: t for n, t in written.items() if n not in held})
         return committed.instant
+
+    def sync_commit(self, table_id: str, path: str, since_ns: int) -> int:
+        """Fsync what a commit wrote into the local table at ``path``; the number of fsyncs.
+
+        The JVM writes through Hadoop's ``LocalFileSystem``, which never fsyncs: a completed
+        commit sits in the page cache, and an OS crash after the ingest retired the staged
+        batch (or recorded the commit in its ledger) would lose rows that exist nowhere else.
+        So before :meth:`commit` returns, every file and directory under the table changed
+        since the write began (``since_ns``; mtime or ctime) is fsync-ed, then each directory
+        holding one: the data files the commit names, the ``.hoodie/`` and
+        ``.hoodie/timeline/`` files of its instant, ``hoodie.properties``, the metadata
+        table's files, and the table's own directory and new parents when it was created.
+        Timestamps are compared a second early, since filesystem clocks are coarse (an extra
+        fsync of an older file is harmless). On object storage (``s3a://``) there is nothing
+        to do: a PUT answers once the object is stored.
+        """
+        local = local_dir(path)
+        if local is None:
+            return 0
+        began = time.perf_counter()
+        since = since_ns - 1_000_000_000
+        changed = _changed_since(local, since)
+        # The table directory, and its database directory, when this commit created them.
+        for parent in (local, local.parent):
+            with contextlib.suppress(FileNotFoundError):
+                st = parent.stat()
+                if max(st.st_mtime_ns, st.st_ctime_ns) >= since:
+                    changed.append(parent)
+        fsyncs = fsync_paths(changed)
+        log.debug(
+            "commit fsynced",
+            table=table_id,
+            fsyncs=fsyncs,
+            ms=round((time.perf_counter() - began) * 1000, 1),
+        )
+        return fsyncs
 
     def uses_record_index(self, path: str) -> bool:
         """Whether the next commit into the unpartitioned table at ``path`` looks keys up in
