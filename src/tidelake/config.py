@@ -151,6 +151,22 @@ class RetentionConfig(_Model):
         return self
 
 
+class TablesConfig(_Model):
+    """Which source tables the stager admits (stage/admission.py, docs/names.md): a table it
+    refuses is dead-lettered with the reason, never created in the lake."""
+
+    allow: list[str] = Field(
+        [], description="glob patterns over 'db.table' ids; when set, only matching tables"
+    )
+    deny: list[str] = Field([], description="glob patterns over 'db.table' ids; wins over allow")
+    max_tables: int = Field(
+        10_000, ge=1, description="tables the stager admits in all (new ones past it: DLQ)"
+    )
+    max_tables_per_database: int = Field(
+        1_000, ge=1, description="tables the stager admits per source database"
+    )
+
+
 class StageConfig(_Model):
     """The stager: how batches are cut and where they are written."""
 
@@ -172,6 +188,7 @@ class StageConfig(_Model):
         None, description="env TIDELAKE_STAGE__PII_KEY: the HMAC key of stage.pii 'hash'"
     )
     retention: RetentionConfig = RetentionConfig()
+    tables: TablesConfig = TablesConfig()
 
     @model_validator(mode="after")
     def _pii_rules(self) -> StageConfig:

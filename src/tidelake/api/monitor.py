@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from tidelake.api.jetstream import JetStream, is_bus_error
-from tidelake.api.records import Histogram, LakeRecord, StageRecord
+from tidelake.api.records import DurabilityCheck, Histogram, LakeRecord, StageRecord
 from tidelake.config import Config
 from tidelake.lake.ledger import LedgerError
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
@@ -65,6 +65,9 @@ class Snapshot:
     capture: dict[str, Any] | None = None
     #: The ingest's state could not be read (``lake/ledger.py``: a malformed file, named).
     lake_error: str | None = None
+    #: What the bus server's own settings put at risk (``bus/durability.py``: no fsync per
+    #: write, a cluster without replicas); shown, not a state: the operator may have chosen it.
+    warnings: list[str] = field(default_factory=list)
 
 
 def _capture_lag_s(data: bytes | None, seq: int, stored_ms: int | None) -> float | None:
@@ -97,6 +100,7 @@ class Monitor:
         self._latency_todo: list[tuple[int, int]] = []
         self._bus_retry_at = 0.0
         self._bus_error: str | None = None
+        self._durability = DurabilityCheck(cfg.bus)
 
     async def snapshot(self) -> Snapshot:
         async with self._lock:
@@ -132,6 +136,7 @@ class Monitor:
             bus_error=None,
             stale_after_s=self.stale_after_s,
             lake_error=lake_error,
+            warnings=await asyncio.to_thread(self._durability.warnings),
         )
         tables = sorted(set(self.lake.tables) | set(self.stage.totals.events_by_table))
         try:
@@ -328,6 +333,7 @@ def status_json(snap: Snapshot) -> dict[str, Any]:
         "tables": tables,
         "recent_commits": [c.model_dump(mode="json") for c in list(snap.lake.recent)[-20:][::-1]],
         "errors": errors_of(snap),
+        "warnings": list(snap.warnings),
     }
 
 

@@ -15,6 +15,7 @@ no state of their own that the files do not.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any
 
 import structlog
 
-from tidelake.errors import TidelakeError
+from tidelake.bus.durability import durability_warnings, fetch_varz, sync_policy
+from tidelake.config import BusConfig
+from tidelake.errors import BusError, TidelakeError
 from tidelake.lake.ledger import CommitRecord, Ledger, TableRequest
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.storage import Storage
@@ -245,3 +248,39 @@ class LakeRecord:
 
     def heartbeat(self) -> dict[str, Any] | None:
         return self.ledger.heartbeat()
+
+
+#: Seconds a durability verdict of the bus server is kept (a setting changes with a restart).
+DURABILITY_RECHECK_S = 60.0
+
+
+class DurabilityCheck:
+    """The bus server's sync policy as ``status`` reports it (``bus/durability.py``).
+
+    The embedded server (no ``bus.url``) is tidelake's own and runs with ``sync_interval:
+    always``: nothing to check. An external server is asked through ``bus.monitor_url``; with
+    none set, status says it cannot see, once, as a warning of its own.
+    """
+
+    def __init__(self, bus: BusConfig) -> None:
+        self.bus = bus
+        self._checked_at = -DURABILITY_RECHECK_S
+        self._warnings: list[str] = []
+
+    def warnings(self) -> list[str]:
+        if self.bus.url is None:
+            return []
+        if self.bus.monitor_url is None:
+            return [
+                "bus.monitor_url is not set: whether the external nats-server fsyncs acknowledged "
+                "messages (sync_interval: always) cannot be checked (docs/nats.md)"
+            ]
+        now = time.monotonic()
+        if now - self._checked_at >= DURABILITY_RECHECK_S:
+            try:
+                policy = sync_policy(fetch_varz(self.bus.monitor_url))
+                self._warnings = durability_warnings(policy, replicas=self.bus.stream.replicas)
+            except BusError as exc:
+                self._warnings = [f"the nats-server's sync policy is unknown: {exc}"]
+            self._checked_at = now
+        return list(self._warnings)

@@ -26,8 +26,19 @@ log = structlog.get_logger(__name__)
 RECONNECT_WAIT_S = 0.5
 
 
+def server_urls(url: str) -> list[str]:
+    """The servers of ``bus.url``: one URL, or several separated by commas (a cluster's nodes;
+    the client connects to any and fails over to the others)."""
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    if not urls:
+        raise BusError(f"bus.url {url!r} names no server")
+    return urls
+
+
 def redact_url(url: str) -> str:
-    """``url`` without credentials, safe to log."""
+    """``url`` (or a comma-separated list of URLs) without credentials, safe to log."""
+    if "," in url:
+        return ",".join(redact_url(u.strip()) for u in url.split(","))
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
@@ -53,7 +64,7 @@ def tls_context(tls: TlsConfig) -> ssl.SSLContext:
 def connect_options(cfg: BusConfig, url: str) -> dict[str, Any]:
     """Keyword arguments for :meth:`nats.aio.client.Client.connect` (holds secrets: never log)."""
     opts: dict[str, Any] = {
-        "servers": [url],
+        "servers": server_urls(url),
         "name": "tidelake",
         "connect_timeout": cfg.connect_timeout_s,
         "allow_reconnect": True,

@@ -5,11 +5,25 @@ listens on 127.0.0.1 only. A port of 0 means "pick a free one", chosen once and 
 :meth:`EmbeddedNats.restart` (the chaos tests kill the server) comes back on the same URL
 with the same store directory and therefore the same streams, consumers and messages. The
 process itself is a :class:`tidelake.runtime.processes.ChildProcess`.
+
+Which binary: ``$TIDELAKE_NATS_SERVER``, else ``bus.embedded.binary`` when set, else the
+``<repo>/.cache/bin/nats-server`` that ``scripts/gotools`` builds from the Go module proxy
+(a current release; Debian's 2.9.10 rejects ``sync_interval``), else ``nats-server`` on the PATH.
+
+Durability. JetStream acknowledges a publish once it is written to the OS, and by default
+fsyncs only every two minutes: an OS crash or power loss can then lose acknowledged messages
+(Jepsen, NATS 2.12.1). tidelake's capture saves its source position on that acknowledgement, so
+the embedded server runs with ``sync_interval: always`` (every write fsynced before the ack;
+its cost is in docs/benchmarks.md). nats-server has no flag for it: it goes into a config file
+written into the store directory at every start (:data:`CONFIG_FILE`). A caller's own ``-c``
+file is included after it and wins, so a test's auth/TLS config keeps working; a caller config
+with its own ``jetstream`` block decides the sync policy itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import urllib.error
@@ -28,8 +42,79 @@ from tidelake.runtime.processes import ChildProcess, ProcessError, free_port
 log = structlog.get_logger(__name__)
 
 LOG_FILE = "nats-server.log"
+#: The config file the embedded server is started with, written into its store directory.
+CONFIG_FILE = "tidelake-nats.conf"
+#: Overrides which nats-server binary is run (tests, packagers, an operator's own build).
+NATS_SERVER_ENV = "TIDELAKE_NATS_SERVER"
 
-__all__ = ["LOG_FILE", "EmbeddedNats", "free_port"]
+__all__ = ["CONFIG_FILE", "LOG_FILE", "NATS_SERVER_ENV", "EmbeddedNats", "free_port"]
+
+
+def _repo_bin_dir() -> Path | None:
+    """``<repo>/.cache/bin`` of the checkout this module runs from (editable install)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "scripts" / "gotools").is_file() and (parent / "pyproject.toml").is_file():
+            return parent / ".cache" / "bin"
+    return None
+
+
+def nats_server_binary(configured: str | None = None, environ: dict[str, str] | None = None) -> str:
+    """The nats-server to run: ``$TIDELAKE_NATS_SERVER``, ``configured``, the repo's
+    ``.cache/bin/nats-server``, then ``nats-server`` on the PATH (first that exists).
+
+    Raises :class:`BusError` naming what was tried when none is found.
+    """
+    env = os.environ if environ is None else environ
+    wanted = env.get(NATS_SERVER_ENV) or configured
+    if wanted:
+        exe = shutil.which(wanted)
+        if exe is None:
+            raise BusError(f"nats-server {wanted!r} not found or not executable")
+        return exe
+    repo = _repo_bin_dir()
+    if repo is not None and os.access(repo / "nats-server", os.X_OK):
+        return str(repo / "nats-server")
+    exe = shutil.which("nats-server")
+    if exe is None:
+        raise BusError(
+            "nats-server not found: run scripts/setup (scripts/gotools builds it), set "
+            f"${NATS_SERVER_ENV} or bus.embedded.binary, or set bus.url"
+        )
+    return exe
+
+
+def _split_config_args(args: Sequence[str]) -> tuple[list[str], list[Path]]:
+    """``args`` without their ``-c``/``--config`` options, and the files those named."""
+    rest: list[str] = []
+    configs: list[Path] = []
+    it = iter(args)
+    for arg in it:
+        if arg in ("-c", "-config", "--config"):
+            configs.append(Path(next(it)).resolve())
+        elif arg.startswith(("-c=", "-config=", "--config=")):
+            configs.append(Path(arg.split("=", 1)[1]).resolve())
+        else:
+            rest.append(arg)
+    return rest, configs
+
+
+def embedded_config_text(conf_dir: Path, includes: Sequence[Path], *, sync_always: bool) -> str:
+    """The embedded server's config file: the JetStream sync policy, then the caller's files.
+
+    nats-server resolves ``include`` relative to the including file, hence relative paths.
+    """
+    lines = ["# Written by tidelake (bus/server.py) at every start; edits are overwritten."]
+    if sync_always:
+        lines += [
+            "# fsync every write before the PubAck: an acknowledged message survives an OS crash.",
+            "jetstream {",
+            "  sync_interval: always",
+            "}",
+        ]
+    for path in includes:
+        rel = os.path.relpath(path, conf_dir)
+        lines.append(f"include {orjson.dumps(rel).decode()}")
+    return "\n".join(lines) + "\n"
 
 
 class EmbeddedNats:
@@ -40,14 +125,18 @@ class EmbeddedNats:
         store_dir: str | Path,
         *,
         port: int = 0,
-        binary: str = "nats-server",
+        binary: str | None = None,
         host: str = "127.0.0.1",
         startup_timeout_s: float = 15.0,
         extra_args: Sequence[str] = (),
+        sync_always: bool = True,
     ) -> None:
         self.store_dir = Path(store_dir).resolve()
         self.host = host
+        #: ``None``: resolved by :func:`nats_server_binary` at start.
         self.binary = binary
+        #: ``sync_interval: always`` (the module docstring); false only to measure its cost.
+        self.sync_always = sync_always
         self.startup_timeout_s = startup_timeout_s
         #: More ``nats-server`` flags (``--user``/``--pass``, ``--tls…``); tests use them.
         self.extra_args = tuple(extra_args)
@@ -71,6 +160,17 @@ class EmbeddedNats:
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        """The monitoring endpoint (``/varz``, ``/healthz``, ``/jsz``)."""
+        if self._monitor_port is None:
+            raise BusError("the embedded nats-server has not been started")
+        return f"http://{self.host}:{self._monitor_port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.store_dir / CONFIG_FILE
 
     @property
     def log_path(self) -> Path:
@@ -100,22 +200,23 @@ class EmbeddedNats:
         if self.running:
             return self
         if self._process is None:
-            exe = shutil.which(self.binary)
-            if exe is None:
-                raise BusError(
-                    f"{self.binary!r} not found on PATH: install nats-server or set bus.url"
-                )
+            exe = nats_server_binary(self.binary)
             self._port = self._requested_port or free_port(self.host)
             self._monitor_port = free_port(self.host)
             self.store_dir.mkdir(parents=True, exist_ok=True)
+            extra, includes = _split_config_args(self.extra_args)
+            self.config_path.write_text(
+                embedded_config_text(self.store_dir, includes, sync_always=self.sync_always)
+            )
             argv = [
                 exe,
+                "-c", str(self.config_path),
                 "-a", self.host,
                 "-p", str(self._port),
                 "-m", str(self._monitor_port),
                 "-js",
                 "-sd", str(self.store_dir),
-                *self.extra_args,
+                *extra,
             ]  # fmt: skip
             # SIGTERM: JetStream flushes its store before it exits.
             self._process = ChildProcess(

@@ -191,6 +191,8 @@ def render_status(data: dict[str, Any], out: Console) -> None:
     out.print(f"pipeline [{_STATE_STYLE.get(state, '')}]{state}[/]  at {_when(data['now_ms'])} UTC")
     for problem in data["problems"]:
         out.print(f"  [yellow]•[/] {escape(problem)}", soft_wrap=True)
+    for warning in data.get("warnings", []):
+        out.print(f"  [yellow]warning[/] {escape(warning)}", soft_wrap=True)
     procs = Table(title="processes", title_justify="left")
     for col in ("stage", "up", "state", "heartbeat age", "pid", "host"):
         procs.add_column(col)

@@ -63,3 +63,18 @@ def test_dlq_subject_and_headers() -> None:
     h = dlq_headers("not JSON:\n  line 1", "cdc.shop.orders", 42, 1)
     assert h[HEADER_REASON] == "not JSON: line 1"
     assert h[HEADER_STREAM_SEQ] == "42"
+
+
+def test_a_comma_separated_url_names_every_node_of_a_cluster() -> None:
+    """bus.url may list a cluster's nodes (issue 23): the client gets all of them, in order,
+    and the logged form drops every node's credentials."""
+    url = "nats://a:4222, nats://u:p4ss@b:4223,nats://c:4224"
+    opts = connect_options(BusConfig(url=url), url)
+    assert ["nats://a:4222", "nats://u:p4ss@b:4223", "nats://c:4224"] == opts["servers"]
+    assert "nats://a:4222,nats://b:4223,nats://c:4224" == redact_url(url)
+
+
+def test_a_url_of_commas_only_is_refused() -> None:
+    """A list with no server in it is a configuration error, not an empty pool."""
+    with pytest.raises(BusError, match="names no server"):
+        connect_options(BusConfig(url=" , "), " , ")
