@@ -38,10 +38,13 @@ test: setup ## Run the test suite (unit, integration on real services, e2e)
 
 CHAOS_SEED ?= 1
 CHAOS_EVENTS ?= 30000
+CHAOS_RATE ?= 50
 CHAOS_SOURCE ?= mariadb
+CHAOS_STAGE_STORE ?= s3
+CHAOS_MIN_FAULTS ?= 100
 .PHONY: chaos
-chaos: setup ## Long chaos run: >= 50 kill -9 over capture, nats-server, stager, ingest; JSON last
-	$(TL) chaos --source $(CHAOS_SOURCE) --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate 150 --min-kills 50 --min-kills-each 10 --json
+chaos: setup ## Long fault run (root): >= 100 faults of 7 kinds (kill -9, SIGSTOP, bus down, disk full, MinIO down/slow, restart storms) over every process; JSON last
+	$(TL) chaos --source $(CHAOS_SOURCE) --stage-store $(CHAOS_STAGE_STORE) --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate $(CHAOS_RATE) --min-faults $(CHAOS_MIN_FAULTS) --json
 
 .PHONY: unit
 unit: setup ## Run the unit tests only (fast, no services)

@@ -124,13 +124,26 @@ def demo(
 
 @app.command()
 def chaos(
-    seed: Annotated[int, typer.Option(help="seed of the workload and of the kill schedule")] = 1,
+    seed: Annotated[int, typer.Option(help="seed of the workload and of the fault schedule")] = 1,
     events: Annotated[int, typer.Option(help="change events the source produces")] = 30_000,
     rate: Annotated[float, typer.Option(help="events per second")] = 150.0,
-    min_kills: Annotated[int, typer.Option(help="keep killing until this many kills")] = 50,
-    min_kills_each: Annotated[
-        int, typer.Option(help="... and until each process was killed this many times")
-    ] = 5,
+    min_faults: Annotated[
+        int, typer.Option(help="keep injecting faults until this many (each kind at least once)")
+    ] = 50,
+    kinds: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated fault kinds: kill, pause, bus-down, disk-full, store-down, "
+            "store-slow, restart-storm (the store kinds need --stage-store s3); default all"
+        ),
+    ] = "",
+    stage_store: Annotated[
+        str, typer.Option(help="local (a directory) or s3 (a private MinIO) for staging")
+    ] = "local",
+    stagers: Annotated[int, typer.Option(help="stagers on the one durable consumer")] = 2,
+    max_deliver: Annotated[
+        int, typer.Option(help="the consumer's MaxDeliver during the run")
+    ] = 1_000,
     source: Annotated[
         str, typer.Option(help="workload (canal-json published here) or mariadb (+ capture)")
     ] = "workload",
@@ -139,28 +152,39 @@ def chaos(
     ),
     json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
 ) -> None:
-    """Run the pipeline while killing and stalling its processes; verify the lake row by row."""
-    from tidelake.pipeline.chaos import ChaosOptions, run_chaos
+    """Run the pipeline under a seeded fault schedule; verify the lake row by row."""
+    from tidelake.pipeline.chaos import KINDS, ChaosOptions, run_chaos
 
     if source not in ("workload", "mariadb"):
         err_console.print("[bold red]--source takes workload or mariadb[/]")
         raise typer.Exit(2)
-    options = ChaosOptions(
-        seed=seed,
-        events=events,
-        rate=rate,
-        min_kills=min_kills,
-        min_kills_each=min_kills_each,
-        source=source,  # type: ignore[arg-type]
-        home=home,
-    )
+    if stage_store not in ("local", "s3"):
+        err_console.print("[bold red]--stage-store takes local or s3[/]")
+        raise typer.Exit(2)
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip()) or KINDS
+    try:
+        options = ChaosOptions(
+            seed=seed,
+            events=events,
+            rate=rate,
+            min_faults=min_faults,
+            kinds=chosen,
+            stage_store=stage_store,  # type: ignore[arg-type]
+            stagers=stagers,
+            max_deliver=max_deliver,
+            source=source,  # type: ignore[arg-type]
+            home=home,
+        )
+    except ValueError as exc:
+        err_console.print(f"[bold red]{exc}[/]")
+        raise typer.Exit(2) from None
     result = run_chaos(options)
     out = err_console if json else console
     out.print(
-        f"chaos seed {result.seed}: {result.kills_total} kills {result.kills}, pauses "
-        f"{result.pauses}, {result.events} events, {result.rows_in_lake}/{result.rows_expected} "
-        f"rows, mismatches {result.mismatches}, dead-lettered {result.dlq}, "
-        f"{result.elapsed_s} s"
+        f"chaos seed {result.seed}: {result.faults_total} faults {result.faults}, "
+        f"{result.events} events, {result.rows_in_lake}/{result.rows_expected} rows, "
+        f"lost {result.lost}, duplicated {result.duplicated}, mismatches {result.mismatches}, "
+        f"dead-lettered {result.dlq} {result.dead_letters}, {result.elapsed_s} s"
     )
     if result.error:
         out.print(f"[bold red]chaos run failed:[/] {result.error}")

@@ -1,37 +1,53 @@
-"""``tidelake chaos``: the pipeline under seeded ``kill -9`` and stalls, then verified row by row.
+"""``tidelake chaos``: the pipeline under a seeded fault schedule, then verified row by row.
 
-The demo's pipeline (embedded nats-server, the stager and the continuous ingest as child
-processes, the order workload published as TiCDC canal-json) runs while this harness, at
-seeded random moments:
+The local stack (``pipeline/stack.py``: an embedded nats-server, the stager, the continuous
+ingest, and with ``source="mariadb"`` a private MariaDB read by ``tidelake capture``) runs
+with a **second stager** on the same durable consumer, its stage root and its lake each on
+a size-limited filesystem (``pipeline/disks.py``), and with ``stage_store="s3"`` the
+staging area in a private MinIO whose data directory is that filesystem. While the source
+produces, the harness injects one fault at a time, at seeded moments:
 
-* ``SIGKILL``\\s a *victim* and starts it again after a short random downtime: nats-server
-  (same port, same store), the stager, the ingest (its whole process group, JVM included),
-  and — with ``source="mariadb"`` — the ``tidelake capture`` process reading a private MariaDB;
-* ``SIGSTOP``\\s the stager or the ingest for longer than the consumer's AckWait, then
-  ``SIGCONT``\\s it: JetStream redelivers what the stalled stager held while it still holds
-  it, and the stalled process resumes with a stale batch.
+==================  ==========================================================================
+kind                what happens
+==================  ==========================================================================
+``kill``            ``kill -9`` of a process (its whole group, a JVM included), restarted
+                    after a short random downtime: nats-server (same port, same store), each
+                    stager, the ingest, the capture, MinIO
+``pause``           ``SIGSTOP`` of a stager (while the other one runs), the ingest or the
+                    capture for longer than AckWait, then ``SIGCONT``: JetStream redelivers
+                    what a paused stager held, and it resumes with a stale batch
+``bus-down``        nats-server unreachable for longer than AckWait: stopped (killed, kept
+                    down, started) or frozen (``SIGSTOP``/``SIGCONT``), drawn per fault
+``disk-full``       the stage root's or the lake's filesystem filled with a ballast file,
+                    held (sometimes past AckWait), then freed — nothing acked may be lost,
+                    and the pipeline must carry on by itself
+``store-down``      MinIO killed and kept down past AckWait (every request fails), restarted
+``store-slow``      MinIO throttled: frozen and thawed in a duty cycle past AckWait (every
+                    request slow, some time out)
+``restart-storm``   a process killed and restarted 3 to 5 times within a few seconds
+==================  ==========================================================================
 
-Victims are taken in seeded random rounds (each one once per round, skipping one that has
-not yet recovered from its last kill), so the kills spread over every process. When the
-workload is done and at least ``min_kills`` kills happened, every victim is brought back up,
-the lake is awaited (everything acked by the stager, the ingest's cursor at the stream's
-end) and each table is compared row by row with the expected state: 0 lost, 0 duplicated,
-0 resurrected, 0 different.
+The schedule is a sequence of *rounds*: each round is every (kind, target) pair the run
+can do, in a seeded shuffle, so every kind hits every process it applies to once per round.
+A pair whose target has not recovered from its last fault yet is passed over for the next
+ready one. When the source is done, at least ``min_faults`` faults happened and every
+kind and every process had at least one, every process is brought back up, the disks are
+freed, the lake is awaited (everything acked by the stagers, the ingest's cursor at the
+stream's end) and compared row by row with the source: the result counts what was lost,
+duplicated, unexpected (resurrected) or different, and lists every dead letter with its
+reason — the source produces only valid events, so any dead letter is a failure.
 
-The harness uses public interfaces only: the local stack (``pipeline/stack.py``) assembles
-the pipeline, each victim is a :class:`tidelake.runtime.processes.ChildProcess` (signals go to
-its whole process group), the ingest's state is read through the ledger
-(``lake/ledger.py``), and the lake is compared through ``tidelake.verify``.
-
-The schedule (which victim, kill or pause, when) is a pure function of the seed; what the
+The schedule (which fault, on what, for how long) is a pure function of the seed; what the
 victims were doing at those instants is not, and that is the point.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
-import threading
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,17 +58,46 @@ from typing import Any, Literal, Protocol
 import structlog
 
 from tidelake.bus.connection import connect
+from tidelake.bus.dlq import HEADER_REASON
+from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config
 from tidelake.lake.ledger import Ledger
-from tidelake.pipeline.demo import publish_workload, verify_workload
+from tidelake.pipeline.chaos_sources import (
+    ChaosSource,
+    MariaDBSource,
+    WorkloadSource,
+    stream_position,
+)
+from tidelake.pipeline.disks import LoopDisk, unmount_under
+from tidelake.pipeline.object_store import DEMO_BUCKET, MinioServer
 from tidelake.pipeline.stack import LocalStack, prepare_home
-from tidelake.runtime.processes import ChildProcess
-from tidelake.workload.orders import DATABASE, SCHEMAS, OrderWorkload, WorkloadSpec
+from tidelake.runtime.processes import ChildProcess, free_port
 
 log = structlog.get_logger(__name__)
 
 Source = Literal["workload", "mariadb"]
+StageStore = Literal["local", "s3"]
+
+KILL = "kill"
+PAUSE = "pause"
+BUS_DOWN = "bus-down"
+DISK_FULL = "disk-full"
+STORE_DOWN = "store-down"
+STORE_SLOW = "store-slow"
+RESTART_STORM = "restart-storm"
+#: Every fault kind, in the order the result lists them.
+KINDS: tuple[str, ...] = (
+    KILL,
+    PAUSE,
+    BUS_DOWN,
+    DISK_FULL,
+    STORE_DOWN,
+    STORE_SLOW,
+    RESTART_STORM,
+)
+#: Kinds that need the staging area in MinIO (``stage_store="s3"``).
+STORE_KINDS = (STORE_DOWN, STORE_SLOW)
 
 
 @dataclass
@@ -63,21 +108,44 @@ class ChaosOptions:
     events: int = 30_000
     #: Change events per second the source produces.
     rate: float = 150.0
-    #: Keep the chaos going (after the workload if need be) until this many kills.
-    min_kills: int = 50
-    #: ... and until every victim was killed at least this many times.
-    min_kills_each: int = 5
-    #: Seconds between two actions, drawn uniformly.
+    #: Keep the faults coming (after the workload if need be) until this many.
+    min_faults: int = 50
+    #: The fault kinds to inject (each at least once); store kinds need ``stage_store="s3"``.
+    kinds: tuple[str, ...] = KINDS
+    #: Seconds between two faults, drawn uniformly.
     gap_s: tuple[float, float] = (1.5, 4.5)
-    #: Share of the actions on the stager or the ingest that are SIGSTOP pauses.
-    pause_share: float = 0.25
-    #: The stager's AckWait during the run; a pause lasts longer than this.
+    #: The stager's AckWait during the run; pauses and outages last longer than this.
     ack_wait_s: float = 4.0
+    #: Deliveries before a message is dead-lettered. High because crashes, pauses and restart
+    #: storms redeliver a batch many times, and none of those is a poison message (that path
+    #: is tests/integration/stage); a resource error must not count toward it at all.
+    max_deliver: int = 1_000
+    #: Stagers on the one durable consumer (2: a paused stager's batch goes to the other).
+    stagers: int = 2
+    #: Where the staging area lives: a local directory, or a bucket of a private MinIO.
+    stage_store: StageStore = "local"
+    #: Sizes of the loop-mounted filesystems holding the stage root (or MinIO's data) and
+    #: the lake; disk-full faults fill them.
+    stage_disk_mb: int = 1024
+    lake_disk_mb: int = 2048
     home: Path = Path(".tidelake/chaos")
     source: Source = "workload"
-    catch_up_timeout_s: float = 600.0
-    #: The chaos phase ends after this long even if ``min_kills`` is not reached.
-    max_chaos_s: float = 1800.0
+    catch_up_timeout_s: float = 900.0
+    #: The fault phase ends after this long even if ``min_faults`` is not reached.
+    max_chaos_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {list(KINDS)}")
+        if self.stage_store != "s3" and set(self.kinds) & set(STORE_KINDS):
+            # Without an object store these kinds have no target: leave them out rather
+            # than report a kind that never ran.
+            self.kinds = tuple(k for k in self.kinds if k not in STORE_KINDS)
+        if not self.kinds:
+            raise ValueError("no fault kind left to inject")
+        if self.stagers < 1:
+            raise ValueError("stagers must be at least 1")
 
 
 @dataclass
@@ -86,17 +154,30 @@ class ChaosResult:
 
     seed: int
     source: str = "workload"
+    stage_store: str = "local"
     events: int = 0
+    #: Faults injected, per kind, and per ``kind/target``.
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_by_target: dict[str, int] = field(default_factory=dict)
+    faults_total: int = 0
+    #: The processes of the run (every one was the target of at least one fault).
+    processes: list[str] = field(default_factory=list)
+    #: ``kill -9``\\s per process, restart storms included.
     kills: dict[str, int] = field(default_factory=dict)
-    pauses: dict[str, int] = field(default_factory=dict)
     kills_total: int = 0
     #: Exits the harness did not cause (each one restarted); a stage should never crash.
     unexpected_exits: dict[str, int] = field(default_factory=dict)
     tables: int = 0
     rows_expected: int = 0
     rows_in_lake: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    different: int = 0
     mismatches: int = 0
     dlq: int = 0
+    #: Dead letters per reason (the source sends only valid events: each one is a failure).
+    dead_letters: dict[str, int] = field(default_factory=dict)
     duplicates_skipped: int = 0
     stale_skipped: int = 0
     chaos_s: float = 0.0
@@ -104,12 +185,19 @@ class ChaosResult:
     elapsed_s: float = 0.0
     error: str | None = None
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: ``"<seconds> <action> <victim>"`` in order: what happened when.
+    #: ``"<seconds> <action> <target>"`` in order: what happened when.
     actions: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.mismatches == 0 and self.dlq == 0 and self.tables > 0
+        return (
+            self.error is None
+            and self.mismatches == 0
+            and self.lost == 0
+            and self.duplicated == 0
+            and self.dlq == 0
+            and self.tables > 0
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +218,7 @@ class Victim(Protocol):
     def resume(self) -> None: ...
     def alive(self) -> bool: ...
     def ready(self) -> bool:
-        """Up long enough since its last start that killing it again tests something."""
+        """Up long enough since its last start that a fault on it tests something."""
         ...
 
 
@@ -179,7 +267,7 @@ class NatsVictim:
     """The embedded nats-server: restarted on the same port with the same store."""
 
     name = "nats"
-    can_pause = False
+    can_pause = False  # a frozen server is the bus-down kind, not a pause
 
     def __init__(self, server: EmbeddedNats) -> None:
         self.server = server
@@ -207,152 +295,262 @@ class NatsVictim:
         return self.alive() and time.monotonic() - self._started_at > 1.0
 
 
-# --- sources ----------------------------------------------------------------------------------
+class MinioVictim:
+    """The private MinIO holding the staging area: restarted on the same port with the same
+    data directory and credentials (:class:`MinioServer` keeps both)."""
+
+    name = "minio"
+    can_pause = False  # a frozen MinIO is the store-slow kind
+
+    def __init__(self, server: MinioServer) -> None:
+        self.server = server
+        self._started_at = time.monotonic()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        pid = self.server.pid
+        if pid is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        self.server.stop(timeout_s=5)  # reaps it (it is gone already)
+
+    def start(self) -> None:
+        self.server.start()
+        self._started_at = time.monotonic()
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        pid = self.server.pid
+        if pid is None:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def ready(self) -> bool:
+        return self.alive() and time.monotonic() - self._started_at > 1.0
 
 
-class _WorkloadSource:
-    """The order workload, published by this process as TiCDC canal-json."""
+# --- the schedule -----------------------------------------------------------------------------
 
-    def __init__(self, opts: ChaosOptions) -> None:
-        self.workload = OrderWorkload(WorkloadSpec(events=opts.events, seed=opts.seed))
-        self.rate = opts.rate
-        self.error: BaseException | None = None
-        self._thread: threading.Thread | None = None
 
-    def configure(self) -> dict[str, Any]:
-        """The config settings this source adds (none)."""
-        return {}
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the schedule: its kind and what it hits (a process or a disk)."""
 
-    def env(self) -> dict[str, str]:
-        return {}
+    kind: str
+    target: str
 
-    def start(self, cfg: Config, url: str) -> None:
-        def publish() -> None:
-            try:
-                asyncio.run(publish_workload(cfg, url, self.workload, self.rate))
-            except BaseException as exc:
-                self.error = exc
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.target}"
 
-        self._thread = threading.Thread(target=publish, name="workload", daemon=True)
-        self._thread.start()
 
-    def finished(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
+class ChaosSchedule:
+    """The seeded schedule of faults over the victims and the disks."""
 
-    def published(self, cfg: Config, url: str) -> bool:
-        return self.finished()  # the publisher returns once every PubAck is in
+    def __init__(
+        self,
+        opts: ChaosOptions,
+        victims: list[Victim],
+        disks: dict[str, LoopDisk],
+        result: ChaosResult,
+    ) -> None:
+        self.opts = opts
+        self.victims = {v.name: v for v in victims}
+        self.disks = disks
+        self.result = result
+        self.rng = random.Random(opts.seed)
+        self.faults: Counter[str] = Counter()
+        self.by_target: Counter[str] = Counter()
+        self.kills: Counter[str] = Counter()
+        self.crashes: Counter[str] = Counter()
+        self.hit: set[str] = set()
+        #: Victims a fault holds down on purpose: supervision leaves them alone.
+        self._held: set[str] = set()
+        self._round: list[Fault] = []
+        self._t0 = time.monotonic()
+        self.pairs = self._pairs()
+
+    def _pairs(self) -> list[Fault]:
+        """Every (kind, target) this run can do."""
+        names = list(self.victims)
+        pausable = [n for n, v in self.victims.items() if v.can_pause]
+        targets: dict[str, list[str]] = {
+            KILL: names,
+            PAUSE: pausable,
+            BUS_DOWN: ["nats"],
+            DISK_FULL: sorted(self.disks),
+            STORE_DOWN: ["minio"] if "minio" in self.victims else [],
+            STORE_SLOW: ["minio"] if "minio" in self.victims else [],
+            # nats-server restarts in a storm are the bus-down/kill kinds' business; a storm
+            # hits the stages, whose start-up (a Spark session, a consumer bind) is the
+            # fragile part.
+            RESTART_STORM: [n for n in names if n not in ("nats", "minio")],
+        }
+        return [Fault(k, t) for k in self.opts.kinds for t in targets[k]]
 
     @property
-    def events(self) -> int:
-        return self.workload.emitted
+    def processes(self) -> list[str]:
+        return list(self.victims)
 
-    def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
-        return {
-            c.table: {
-                "rows_expected": c.rows_expected,
-                "rows_in_lake": c.rows_in_lake,
-                "mismatches": c.mismatches,
-                "samples": c.samples,
-            }
-            for c in verify_workload(cfg, self.workload)
-        }
+    def _note(self, action: str, target: str) -> None:
+        line = f"{time.monotonic() - self._t0:7.1f}s {action} {target}"
+        self.result.actions.append(line)
+        log.info("chaos", action=action, target=target)
 
-    def close(self) -> None:
+    def supervise(self) -> None:
+        """Restart a victim that died on its own (and count it: that is a finding)."""
+        for name, victim in self.victims.items():
+            if name not in self._held and not victim.alive():
+                self.crashes[name] += 1
+                self._note("restart-after-unexpected-exit", name)
+                victim.start()
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.supervise()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _ready(self, fault: Fault) -> bool:
+        if fault.kind == DISK_FULL:
+            return True
+        return self.victims[fault.target].ready()
+
+    def _next(self) -> Fault | None:
+        if not self._round:
+            self._round = list(self.pairs)
+            self.rng.shuffle(self._round)
+        for i, fault in enumerate(self._round):
+            if self._ready(fault):
+                return self._round.pop(i)
         return None
 
+    def covered(self) -> bool:
+        """Every kind had a fault, and so did every process some chosen kind applies to."""
+        targets = {f.target for f in self.pairs} & set(self.victims)
+        return all(self.faults[k] > 0 for k in self.opts.kinds) and self.hit >= targets
 
-class _MariaDBSource:
-    """A private MariaDB changed by the order workload as SQL; ``tidelake capture`` (a victim
-    like the others) turns its binlog into canal-json. Verified against the live tables."""
+    def act(self) -> None:
+        """One fault on the next ready target of the round."""
+        fault = self._next()
+        # Draw every number whether or not it is used, so the schedule depends on the seed only.
+        a, b, c = self.rng.random(), self.rng.random(), self.rng.random()
+        if fault is None:
+            return
+        longer = self.opts.ack_wait_s + 1.0 + 2.0 * b  # past AckWait
+        if fault.kind == KILL:
+            self._kill_and_start(fault.target, downtime=1.5 * b)
+        elif fault.kind == PAUSE:
+            self._pause(fault.target, longer)
+        elif fault.kind == BUS_DOWN:
+            if a < 0.5:
+                self._pause(fault.target, longer, action="freeze")
+            else:
+                self._kill_and_start(fault.target, downtime=longer, action="stop")
+        elif fault.kind == DISK_FULL:
+            self._disk_full(fault.target, hold=1.0 + 2.0 * self.opts.ack_wait_s * b)
+        elif fault.kind == STORE_DOWN:
+            self._kill_and_start(fault.target, downtime=longer, action="stop")
+        elif fault.kind == STORE_SLOW:
+            self._throttle(fault.target, longer, stop_s=0.2 + 0.6 * a, run_s=0.1 + 0.2 * c)
+        elif fault.kind == RESTART_STORM:
+            self._storm(fault.target, times=3 + int(3 * a), gap=0.2 + 0.8 * c)
+        self.faults[fault.kind] += 1
+        self.by_target[str(fault)] += 1
+        self.hit.add(fault.target)
 
-    def __init__(self, opts: ChaosOptions, home: Path) -> None:
-        from tidelake.capture.servers import MariaDBServer
+    # -- the faults ----------------------------------------------------------------------------
 
-        self.opts = opts
-        self.server = MariaDBServer(home / "mariadb")
-        self.error: BaseException | None = None
-        self.rows_changed = 0
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-
-    @property
-    def dsn(self) -> str:
-        return f"mysql://{self.server.user}@{self.server.host}:{self.server.port}/"
-
-    def configure(self) -> dict[str, Any]:
-        """Start the server, create the schema; the ``capture`` settings (the stack then runs
-        ``tidelake capture``, a victim like the others)."""
-        from tidelake.workload.sql import schema_statements
-
-        self.server.start()
-        conn = self.server.connect()
+    def _kill_and_start(self, name: str, *, downtime: float, action: str = "SIGKILL") -> None:
+        victim = self.victims[name]
+        self._held.add(name)
         try:
-            with conn.cursor() as cur:
-                for statement in schema_statements("mysql"):
-                    cur.execute(statement)
+            self._note(action, name)
+            victim.kill()
+            self.kills[name] += 1
+            self.sleep(downtime)
+            victim.start()
+            self._note("start", name)
         finally:
-            conn.close()
-        return {"capture": {"source": self.dsn, "tables": ["shop.*"]}}
+            self._held.discard(name)
 
-    def env(self) -> dict[str, str]:
-        return {"TIDELAKE_CAPTURE__PASSWORD": self.server.password}
+    def _pause(self, name: str, seconds: float, *, action: str = "SIGSTOP") -> None:
+        victim = self.victims[name]
+        self._note(action, name)
+        victim.pause()
+        try:
+            self.sleep(seconds)
+        finally:
+            victim.resume()
+            self._note("SIGCONT", name)
 
-    def start(self, cfg: Config, url: str) -> None:
-        from tidelake.workload.sql import run_sql_workload
+    def _throttle(self, name: str, seconds: float, *, stop_s: float, run_s: float) -> None:
+        victim = self.victims[name]
+        self._note(f"throttle({stop_s:.1f}s frozen/{run_s:.1f}s running)", name)
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                victim.pause()
+                time.sleep(stop_s)
+                victim.resume()
+                self.sleep(run_s)
+        finally:
+            victim.resume()
+            self._note("unthrottled", name)
 
-        def write() -> None:
-            conn = self.server.connect(autocommit=False)
-            try:
-                run = run_sql_workload(
-                    conn,
-                    WorkloadSpec(events=self.opts.events, seed=self.opts.seed),
-                    rate=self.opts.rate,
-                    should_stop=self._stop.is_set,
-                )
-                self.rows_changed = run.rows_changed
-            except BaseException as exc:
-                self.error = exc
-            finally:
-                conn.close()
+    def _disk_full(self, name: str, hold: float) -> None:
+        disk = self.disks[name]
+        held = disk.fill()
+        self._note(f"disk-full({held // (1 << 20)} MB ballast, {hold:.1f}s)", name)
+        try:
+            self.sleep(hold)
+        finally:
+            disk.free()
+            self._note("disk-freed", name)
 
-        self._thread = threading.Thread(target=write, name="sql-workload", daemon=True)
-        self._thread.start()
+    def _storm(self, name: str, *, times: int, gap: float) -> None:
+        victim = self.victims[name]
+        self._held.add(name)
+        try:
+            for i in range(times):
+                self._note(f"SIGKILL(storm {i + 1}/{times})", name)
+                victim.kill()
+                self.kills[name] += 1
+                time.sleep(0.1)
+                victim.start()
+                time.sleep(gap)
+            self._note("storm over", name)
+        finally:
+            self._held.discard(name)
 
-    def finished(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
+    def run(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.opts.max_chaos_s
+        while time.monotonic() < deadline:
+            total = sum(self.faults.values())
+            if done() and total >= self.opts.min_faults and self.covered():
+                return
+            self.sleep(self.rng.uniform(*self.opts.gap_s))
+            self.act()
 
-    def published(self, cfg: Config, url: str) -> bool:
-        """The workload is done and the capture has published every change it made."""
-        if not self.finished():
-            return False
-        last, _, _ = asyncio.run(_stream_position(cfg, url))
-        return last >= self.rows_changed
-
-    @property
-    def events(self) -> int:
-        return self.rows_changed
-
-    def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
-        from tidelake.verify.source import verify_table
-
-        out: dict[str, dict[str, Any]] = {}
-        for table in SCHEMAS:
-            c = verify_table(self.dsn, cfg.lake_root, f"{DATABASE}.{table}", self.server.password)
-            if c.error:
-                raise RuntimeError(f"verify {c.table}: {c.error}")
-            out[c.table] = {
-                "rows_expected": c.rows_source,
-                "rows_in_lake": c.rows_lake,
-                "mismatches": c.mismatches,
-                "samples": c.samples,
-            }
-        return out
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-        self.server.stop()
+    def heal(self, *, restart: bool = True) -> None:
+        """Every disk freed, every victim thawed, and (``restart``) every one back up."""
+        for disk in self.disks.values():
+            if disk.is_mounted:
+                disk.free()
+        for victim in self.victims.values():
+            victim.resume()
+            if restart and not victim.alive():
+                victim.start()
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -362,33 +560,20 @@ def _settings(opts: ChaosOptions, extra: dict[str, Any]) -> dict[str, Any]:
     """What the run's config says besides ``home`` and ``bus.url`` (the stack adds those)."""
     data: dict[str, Any] = {
         "bus": {
-            # Short AckWait so a pause outlasts it; a high MaxDeliver because this run tests
-            # crash recovery, not the poison-message path (tests/integration/stage).
-            "consumer": {"ack_wait_s": opts.ack_wait_s, "max_deliver": 1_000},
+            # Short AckWait so pauses and outages outlast it (see ChaosOptions.max_deliver).
+            "consumer": {"ack_wait_s": opts.ack_wait_s, "max_deliver": opts.max_deliver},
         },
         "stage": {"max_age_s": 0.5},
         # Every restart of the ingest would pay the warm-up again: skip it.
         "ingest": {"warm_up": False, "interval_s": 0.5},
         "lake": {"spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2}},
     }
-    data.update(extra)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
     return data
-
-
-async def _stream_position(cfg: Config, url: str) -> tuple[int, int, int]:
-    """(last stream sequence, consumer pending, consumer ack-pending)."""
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        stream = await js.stream_info(cfg.bus.stream.name)
-        consumer = await js.consumer_info(cfg.bus.stream.name, cfg.bus.consumer.durable)
-        return (
-            int(stream.state.last_seq),
-            int(consumer.num_pending or 0),
-            int(consumer.num_ack_pending or 0),
-        )
-    finally:
-        await nc.close()
 
 
 def _skipped_totals(ledger: Ledger) -> tuple[int, int]:
@@ -397,80 +582,22 @@ def _skipped_totals(ledger: Ledger) -> tuple[int, int]:
     return sum(r.duplicates for r in skipped), sum(r.stale for r in skipped)
 
 
-class ChaosSchedule:
-    """The seeded schedule of actions over the victims."""
-
-    def __init__(self, opts: ChaosOptions, victims: list[Victim], result: ChaosResult) -> None:
-        self.opts = opts
-        self.victims = victims
-        self.result = result
-        self.rng = random.Random(opts.seed)
-        self.kills: Counter[str] = Counter()
-        self.pauses: Counter[str] = Counter()
-        self.crashes: Counter[str] = Counter()
-        self._round: list[Victim] = []
-        self._t0 = time.monotonic()
-
-    def _note(self, action: str, victim: Victim) -> None:
-        line = f"{time.monotonic() - self._t0:7.1f}s {action} {victim.name}"
-        self.result.actions.append(line)
-        log.info("chaos", action=action, victim=victim.name)
-
-    def supervise(self) -> None:
-        """Restart a victim that died on its own (and count it: that is a finding)."""
-        for victim in self.victims:
-            if not victim.alive():
-                self.crashes[victim.name] += 1
-                self._note("restart-after-unexpected-exit", victim)
-                victim.start()
-
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.supervise()
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-
-    def _next_victim(self) -> Victim | None:
-        if not self._round:
-            self._round = list(self.victims)
-            self.rng.shuffle(self._round)
-        for i, victim in enumerate(self._round):
-            if victim.ready():
-                return self._round.pop(i)
-        return None
-
-    def act(self) -> None:
-        """One action: pause or kill the next ready victim of the round."""
-        victim = self._next_victim()
-        # Draw every number whether or not it is used, so the schedule depends on the seed only.
-        pause_roll, downtime, extra = self.rng.random(), self.rng.uniform(0, 1.5), self.rng.random()
-        if victim is None:
-            return
-        if victim.can_pause and pause_roll < self.opts.pause_share:
-            self._note("SIGSTOP", victim)
-            victim.pause()
-            time.sleep(self.opts.ack_wait_s + 1.0 + 2.0 * extra)
-            victim.resume()
-            self._note("SIGCONT", victim)
-            self.pauses[victim.name] += 1
-            return
-        self._note("SIGKILL", victim)
-        victim.kill()
-        self.kills[victim.name] += 1
-        time.sleep(downtime)
-        victim.start()
-        self._note("start", victim)
-
-    def run(self, done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + self.opts.max_chaos_s
-        while time.monotonic() < deadline:
-            enough = sum(self.kills.values()) >= self.opts.min_kills and all(
-                self.kills[v.name] >= self.opts.min_kills_each for v in self.victims
-            )
-            if done() and enough:
-                return
-            self.sleep(self.rng.uniform(*self.opts.gap_s))
-            self.act()
+async def dead_letters(cfg: Config, url: str) -> dict[str, int]:
+    """Every message of the dead-letter stream, counted per reason header."""
+    nc = await connect(cfg.bus, url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(cfg.bus.dlq.name)
+        total = int(info.state.messages)
+        if total == 0:
+            return {}
+        msgs = await scan_stream(js, f"{cfg.bus.dlq.subject_prefix}.>", total)
+        reasons: Counter[str] = Counter(
+            (m.headers or {}).get(HEADER_REASON, "(no reason header)")[:240] for m in msgs
+        )
+        return dict(reasons)
+    finally:
+        await nc.close()
 
 
 def _wait_for_lake(
@@ -480,13 +607,13 @@ def _wait_for_lake(
     source_done: Callable[[], bool],
     timeout_s: float,
 ) -> None:
-    """Until the stager has acked everything and the ingest's cursor is at the stream's end."""
+    """Until the stagers have acked everything and the ingest's cursor is at the stream's end."""
     ledger = Ledger(cfg.lake_state_dir)
     deadline = time.monotonic() + timeout_s
     while True:
         chaos.supervise()
         if source_done():
-            last, pending, ack_pending = asyncio.run(_stream_position(cfg, url))
+            last, pending, ack_pending = asyncio.run(stream_position(cfg, url))
             if not pending and not ack_pending and ledger.cursor() >= last:
                 return
         paused = ledger.paused()
@@ -497,48 +624,111 @@ def _wait_for_lake(
         time.sleep(0.5)
 
 
+class _Environment:
+    """The run's disks and object store: made before the stack, torn down after it."""
+
+    def __init__(self, opts: ChaosOptions, home: Path) -> None:
+        self.opts = opts
+        self.home = home
+        self.disks: dict[str, LoopDisk] = {}
+        self.minio: MinioServer | None = None
+
+    def start(self) -> dict[str, Any]:
+        """Mount the disks (and start MinIO on the stage disk); the settings they add."""
+        settings: dict[str, Any] = {}
+        need_disks = DISK_FULL in self.opts.kinds
+        stage_dir = self.home / ("minio" if self.opts.stage_store == "s3" else "staging")
+        lake_dir = self.home / "lake"
+        if need_disks:
+            self.disks["stage"] = LoopDisk(
+                self.home / "disks" / "stage.img", stage_dir, self.opts.stage_disk_mb
+            ).mount()
+            self.disks["lake"] = LoopDisk(
+                self.home / "disks" / "lake.img", lake_dir, self.opts.lake_disk_mb
+            ).mount()
+        settings["lake"] = {"root": str(lake_dir)}
+        if self.opts.stage_store == "s3":
+            # A fixed port: a restarted MinIO must be where the stages look for it.
+            self.minio = MinioServer(stage_dir, port=free_port()).start()
+            self.minio.create_bucket(DEMO_BUCKET)
+            settings["storage"] = {"s3": self.minio.settings()}
+            settings["stage"] = {"root": f"s3://{DEMO_BUCKET}/staging"}
+        else:
+            settings["stage"] = {"root": str(stage_dir)}
+        return settings
+
+    def env(self) -> dict[str, str]:
+        return self.minio.credentials_env() if self.minio is not None else {}
+
+    def stop(self) -> None:
+        if self.minio is not None:
+            with_suppressed(lambda: self.minio.stop() if self.minio else None)
+        for disk in self.disks.values():
+            with_suppressed(disk.unmount)
+
+
+def with_suppressed(fn: Callable[[], object]) -> None:
+    """Run a clean-up step; log (never raise) what it raises, so the next step runs."""
+    try:
+        fn()
+    except Exception as exc:
+        log.warning("chaos clean-up step failed", error=repr(exc))
+
+
+def _make_source(opts: ChaosOptions, home: Path) -> ChaosSource:
+    if opts.source == "mariadb":
+        return MariaDBSource(opts.events, opts.seed, opts.rate, home)
+    return WorkloadSource(opts.events, opts.seed, opts.rate)
+
+
 def run_chaos(opts: ChaosOptions) -> ChaosResult:
     """One chaos run; every failure is reported in the result, never raised."""
     started = time.monotonic()
-    result = ChaosResult(seed=opts.seed, source=opts.source)
+    result = ChaosResult(seed=opts.seed, source=opts.source, stage_store=opts.stage_store)
     home = opts.home.resolve()
+    # A crashed earlier run may have left its disks mounted in the home it is about to wipe.
+    unmount_under(home)
     prepare_home(home)
-    source: _WorkloadSource | _MariaDBSource = (
-        _MariaDBSource(opts, home) if opts.source == "mariadb" else _WorkloadSource(opts)
-    )
+    source = _make_source(opts, home)
+    env = _Environment(opts, home)
     stack: LocalStack | None = None
-    victims: list[Victim] = []
     chaos: ChaosSchedule | None = None
     try:
+        extra = env.start()
+        extra.update(source.configure())
         stack = LocalStack(
             home,
-            settings=_settings(opts, source.configure()),
-            env=source.env(),
+            settings=_settings(opts, extra),
+            env={**env.env(), **source.env()},
             ingest_interval_s=0.5,
         )
         stack.start()
         cfg, url = stack.cfg, stack.bus_url
         assert stack.nats is not None  # the run's config has no bus.url
-        victims = [
+        victims: list[Victim] = [
             NatsVictim(stack.nats),
             ProcessVictim(stack.child("stager"), can_pause=True),
             ProcessVictim(stack.child("ingest"), can_pause=True, ready=stack.ingest_up),
-            *(
-                [ProcessVictim(stack.child("capture"), can_pause=True)]
-                if cfg.capture.source
-                else []
-            ),
         ]
-        chaos = ChaosSchedule(opts, victims, result)
+        if cfg.capture.source:
+            victims.append(ProcessVictim(stack.child("capture"), can_pause=True))
+        if env.minio is not None:
+            victims.append(MinioVictim(env.minio))
+        chaos = ChaosSchedule(opts, victims, env.disks, result)
         # Publish once the ingest has its Spark session (a restarted child counts as a crash).
         stack.wait_healthy(300, on_wait=chaos.supervise)
+        for n in range(2, opts.stagers + 1):
+            # More stagers join once the first is running (they share its heartbeat name).
+            extra_stager = stack.add_stager(f"stager-{n}")
+            victim = ProcessVictim(extra_stager, can_pause=True)
+            chaos.victims[victim.name] = victim
+        chaos.pairs = chaos._pairs()
+        result.processes = chaos.processes
         source.start(cfg, url)
         chaos_started = time.monotonic()
         chaos.run(source.finished)
         result.chaos_s = round(time.monotonic() - chaos_started, 1)
-        for victim in victims:
-            if not victim.alive():
-                victim.start()
+        chaos.heal()
         if source.error is not None:
             raise RuntimeError(f"the source failed: {source.error!r}") from source.error
         catch_up_started = time.monotonic()
@@ -546,28 +736,37 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         result.catch_up_s = round(time.monotonic() - catch_up_started, 1)
         stack.stop_stages()
         result.events = source.events
-        result.dlq = asyncio.run(stack.dlq_depth())
+        result.dead_letters = asyncio.run(dead_letters(cfg, url))
+        result.dlq = sum(result.dead_letters.values())
         result.duplicates_skipped, result.stale_skipped = _skipped_totals(
             Ledger(cfg.lake_state_dir)
         )
         result.per_table = source.verify(cfg)
+        tables = result.per_table.values()
         result.tables = len(result.per_table)
-        result.rows_expected = sum(t["rows_expected"] for t in result.per_table.values())
-        result.rows_in_lake = sum(t["rows_in_lake"] for t in result.per_table.values())
-        result.mismatches = sum(t["mismatches"] for t in result.per_table.values())
+        result.rows_expected = sum(t["rows_expected"] for t in tables)
+        result.rows_in_lake = sum(t["rows_in_lake"] for t in tables)
+        result.lost = sum(t["lost"] for t in tables)
+        result.duplicated = sum(t["duplicated"] for t in tables)
+        result.unexpected = sum(t["unexpected"] for t in tables)
+        result.different = sum(t["different"] for t in tables)
+        result.mismatches = sum(t["mismatches"] for t in tables)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
-        for victim in victims:
-            victim.resume()
-        if stack is not None:
-            stack.stop(timeout_s=30)
-        source.close()
         if chaos is not None:
-            result.kills = {v.name: chaos.kills[v.name] for v in victims}
-            result.pauses = {v.name: chaos.pauses[v.name] for v in victims if v.can_pause}
-            result.unexpected_exits = dict(chaos.crashes)
+            with_suppressed(lambda: chaos.heal(restart=False) if chaos else None)
+        if stack is not None:
+            with_suppressed(lambda: stack.stop(timeout_s=30) if stack else None)
+        with_suppressed(source.close)
+        env.stop()
+        if chaos is not None:
+            result.faults = {k: chaos.faults[k] for k in opts.kinds}
+            result.faults_by_target = dict(sorted(chaos.by_target.items()))
+            result.faults_total = sum(chaos.faults.values())
+            result.kills = {n: chaos.kills[n] for n in chaos.victims}
             result.kills_total = sum(chaos.kills.values())
+            result.unexpected_exits = dict(chaos.crashes)
         result.events = result.events or source.events
         result.elapsed_s = round(time.monotonic() - started, 1)
     return result

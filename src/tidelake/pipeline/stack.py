@@ -40,7 +40,7 @@ from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
 from tidelake.errors import TidelakeError
 from tidelake.lake.ledger import Ledger
-from tidelake.pipeline.processes import StageProcess, run_env, stage_children
+from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.storage import open_storage
 
@@ -177,6 +177,21 @@ class LocalStack:
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
         return self.children
+
+    def add_stager(self, name: str) -> StageProcess:
+        """Start one more stager, called ``name``, on the same durable consumer (a fault run
+        pauses one stager past AckWait while another runs). It writes the same heartbeat
+        file as the first, so :meth:`stager_up` follows whichever wrote last: add it after
+        :meth:`wait_healthy`. :meth:`stop_stages` stops it with the others."""
+        if any(child.name == name for child in self.children):
+            raise ValueError(f"the stack already has a stage called {name!r}")
+        stager = StageProcess(
+            name, tidelake_argv("stage"), self.env, self.cfg.home.resolve() / "logs" / f"{name}.log"
+        )
+        self.children.append(stager)
+        stager.start()
+        log.info("started", stage=name, pid=stager.pid, log=str(stager.log_path))
+        return stager
 
     # -- health --------------------------------------------------------------------------------
 

@@ -1,22 +1,24 @@
-"""The chaos schedule: a pure function of the seed, spread over every victim."""
+"""The chaos fault schedule: a pure function of the seed, covering every kind and process."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tidelake.pipeline import chaos
-from tidelake.pipeline.chaos import ChaosOptions, ChaosResult, ChaosSchedule, Victim
+from tidelake.pipeline.chaos import KINDS, ChaosOptions, ChaosResult, ChaosSchedule, Victim
 
 
 class FakeVictim:
-    """Records what the harness does to it; always up and ready."""
+    """Records what the harness does to it; always up and ready unless killed."""
 
     def __init__(self, name: str, can_pause: bool) -> None:
         self.name = name
         self.can_pause = can_pause
         self.up = True
+        self.paused = False
         self.log: list[str] = []
 
     def kill(self) -> None:
@@ -28,9 +30,11 @@ class FakeVictim:
         self.log.append("start")
 
     def pause(self) -> None:
+        self.paused = True
         self.log.append("pause")
 
     def resume(self) -> None:
+        self.paused = False
         self.log.append("resume")
 
     def alive(self) -> bool:
@@ -40,50 +44,118 @@ class FakeVictim:
         return self.up
 
 
-def _schedule(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], ChaosResult]:
-    monkeypatch.setattr(chaos.time, "sleep", lambda _s: None)
-    victims: list[Victim] = [
-        FakeVictim("nats", False),
-        FakeVictim("stager", True),
-        FakeVictim("ingest", True),
-        FakeVictim("capture", True),
-    ]
-    opts = ChaosOptions(
-        seed=seed, min_kills=40, min_kills_each=8, gap_s=(0.0, 0.0), home=Path("unused")
+class FakeDisk:
+    """A disk the schedule fills and frees; counts both."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.fills = 0
+        self.is_mounted = True
+
+    def fill(self) -> int:
+        self.full = True
+        self.fills += 1
+        return 1 << 20
+
+    def free(self) -> None:
+        self.full = False
+
+
+class FakeClock:
+    """Stands in for the time module: sleeping advances the clock at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.001)
+
+
+PROCESSES = ("nats", "stager", "stager-2", "ingest", "capture", "minio")
+
+
+def _run(
+    seed: int, monkeypatch: pytest.MonkeyPatch, **opts: object
+) -> tuple[list[str], ChaosSchedule, dict[str, FakeVictim], dict[str, FakeDisk]]:
+    monkeypatch.setattr(chaos, "time", FakeClock())
+    victims = {
+        n: FakeVictim(n, n not in ("nats", "minio"))
+        for n in PROCESSES
+        if n != "minio" or opts.get("stage_store") == "s3"
+    }
+    disks = {"stage": FakeDisk(), "lake": FakeDisk()}
+    options = ChaosOptions(
+        seed=seed,
+        gap_s=(0.0, 0.0),
+        ack_wait_s=0.0,
+        home=Path("unused"),
+        **opts,  # type: ignore[arg-type]
     )
     result = ChaosResult(seed=seed)
-    run = ChaosSchedule(opts, victims, result)
-    run.run(lambda: True)
-    return [line.split("s ", 1)[1] for line in result.actions], result
+    schedule = ChaosSchedule(
+        options,
+        list[Victim](victims.values()),
+        disks,  # type: ignore[arg-type]
+        result,
+    )
+    schedule.run(lambda: True)
+    return [line.split("s ", 1)[1] for line in result.actions], schedule, victims, disks
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two runs with seed 5 take the same actions in the same order; seed 6 does not."""
-    first, _ = _schedule(5, monkeypatch)
-    again, _ = _schedule(5, monkeypatch)
-    other, _ = _schedule(6, monkeypatch)
+    """Two runs with seed 5 inject the same faults in the same order; seed 6 does not
+    (the fault schedule is reproducible from its seed)."""
+    first, _, _, _ = _run(5, monkeypatch, min_faults=40, stage_store="s3")
+    again, _, _, _ = _run(5, monkeypatch, min_faults=40, stage_store="s3")
+    other, _, _, _ = _run(6, monkeypatch, min_faults=40, stage_store="s3")
     assert first == again
     assert first != other
 
 
-def test_kills_spread_over_every_victim_and_pauses_only_pausable_ones(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The run stops only once every victim was killed min_kills_each times; nats-server is
-    never paused; every kill is followed by a start and every pause by a resume."""
-    actions, _ = _schedule(5, monkeypatch)
-    kills = {
-        name: actions.count(f"SIGKILL {name}") for name in ("nats", "stager", "ingest", "capture")
-    }
-    assert all(n >= 8 for n in kills.values()), kills
-    assert sum(kills.values()) >= 40
-    assert "SIGSTOP nats" not in actions
-    assert any(a.startswith("SIGSTOP") for a in actions)
+def test_every_kind_hits_every_process_it_applies_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the staging area in MinIO, min_faults faults of all seven kinds are injected and
+    every process is hit: each kind at least once, kill -9 on every process, disk-full on
+    both disks, the store kinds only on MinIO, bus-down only on nats-server."""
+    _, schedule, _, disks = _run(5, monkeypatch, min_faults=60, stage_store="s3")
+    assert set(KINDS) == {k for k, n in schedule.faults.items() if n > 0}
+    assert sum(schedule.faults.values()) >= 60
+    assert set(PROCESSES) <= schedule.hit
+    targets = Counter(schedule.by_target)
+    assert all(targets[f"kill/{p}"] >= 1 for p in PROCESSES), targets
+    assert {"stage", "lake"} == {t.split("/")[1] for t in targets if t.startswith("disk-full/")}
+    assert {"store-down/minio", "store-slow/minio"} <= set(targets)
+    assert {"bus-down/nats"} == {t for t in targets if t.startswith("bus-down/")}
+    assert all(d.fills >= 1 and not d.full for d in disks.values())
+
+
+def test_each_fault_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kill is followed by a start, every SIGSTOP or freeze by a SIGCONT, every
+    disk-full by a free, and nothing is left down, frozen or full at the end."""
+    actions, _, victims, disks = _run(7, monkeypatch, min_faults=50, stage_store="s3")
     for i, action in enumerate(actions):
-        verb, name = action.split()
-        if verb == "SIGKILL":
-            assert f"start {name}" == actions[i + 1]
-        if verb == "SIGSTOP":
-            assert f"SIGCONT {name}" == actions[i + 1]
+        verb, name = action.rsplit(" ", 1)
+        if verb in ("SIGKILL", "stop"):
+            assert f"start {name}" == actions[i + 1], actions[i : i + 2]
+        if verb in ("SIGSTOP", "freeze"):
+            assert f"SIGCONT {name}" == actions[i + 1], actions[i : i + 2]
+        if verb.startswith("disk-full("):
+            assert f"disk-freed {name}" == actions[i + 1], actions[i : i + 2]
+    assert all(v.up and not v.paused for v in victims.values())
+    assert not any(d.full for d in disks.values())
+    assert "SIGSTOP nats" not in actions
+    assert "SIGSTOP minio" not in actions
+
+
+def test_store_kinds_leave_a_local_run_and_kinds_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without MinIO does no store fault; --kinds keeps only the kinds asked for; an
+    unknown kind is refused."""
+    assert not set(chaos.STORE_KINDS) & set(ChaosOptions(home=Path("unused")).kinds)
+    _, schedule, _, _ = _run(3, monkeypatch, min_faults=10, kinds=("disk-full", "pause"))
+    assert {"disk-full", "pause"} == {k for k, n in schedule.faults.items() if n > 0}
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        ChaosOptions(kinds=("meteor",), home=Path("unused"))
