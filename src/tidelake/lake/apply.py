@@ -58,6 +58,8 @@ class TableResult:
     duplicates: int = 0
     stale: int = 0
     refused: str | None = None
+    #: Why the table's share failed (held back for a retry by the ingest); nothing written.
+    failed: str | None = None
 
     @property
     def committed(self) -> dict[str, Any] | None:
@@ -67,6 +69,24 @@ class TableResult:
 
 def _ms_now() -> int:
     return int(time.time() * 1000)
+
+
+#: The latest instant a commit time may name: 9999-12-31T23:59:59.999Z, the last a Python
+#: ``datetime`` (and a Spark ``TimestampType``) holds.
+MAX_COMMIT_TS_MS = 253_402_300_799_999
+
+
+def implausible_time(event: ChangeEvent) -> str | None:
+    """Why ``event``'s commit time cannot be stored as the ``_tl_commit_ts`` lineage column,
+    or None. The stager refuses such messages already (``formats/positions.py``); this guards
+    batches staged before it did, or by another stager."""
+    ms = event.commit_ts_ms
+    if ms is None or 0 <= ms <= MAX_COMMIT_TS_MS:
+        return None
+    return (
+        f"implausible_position: {event.table_id} commit time {ms} ms is outside the range "
+        f"a timestamp holds (0..{MAX_COMMIT_TS_MS})"
+    )
 
 
 def ddl_record(
@@ -171,6 +191,19 @@ class TableApplier:
         existed = store.exists(path)
         stored = store.stored_types(table_id, path) if existed else {}
         stored_key = store.stored_primary_key(path) if existed else None
+        # An event whose commit time no timestamp can hold (an ``es`` of 10^15 ms) would make
+        # the whole commit raise, every round: it alone goes to the dead-letter stream.
+        implausible = [Rejected(e, r) for e in row_events if (r := implausible_time(e))]
+        if implausible:
+            bad = {id(r.event) for r in implausible}
+            row_events = [e for e in row_events if id(e) not in bad]
+            self._dead_letter(table_id, implausible)
+        if not row_events:  # all of them dead-lettered: the checkpoint still moves on
+            batch = TableBatch({}, StructType([]), [], 0, 0)
+            if existed:
+                key = stored_key or ()
+                self._commit_rows(result, [], batch, previous, key, {}, seq_last, started)
+            return
         pk, no_key = self.typing.primary_key(table_id, row_events, stored_key)
         types, declared = self.typing.types(table_id, row_events, pk, stored, previous)
         if no_key:
@@ -187,6 +220,25 @@ class TableApplier:
             )
         if batch.rejected:
             self._dead_letter(table_id, batch.rejected)
+        self._commit_rows(result, row_events, batch, previous, pk, declared, seq_last, started)
+
+    def _commit_rows(
+        self,
+        result: TableResult,
+        row_events: Sequence[ChangeEvent],
+        batch: TableBatch,
+        previous: TableCheckpoint | None,
+        pk: Sequence[str],
+        declared: dict[str, str],
+        seq_last: int,
+        started: float,
+    ) -> None:
+        """Commit ``batch`` with the table's next checkpoint and record the commit."""
+        table_id = result.table
+        store = self.store
+        path = store.path(table_id)
+        existed = store.exists(path)
+        stored_key = store.stored_primary_key(path) if existed and not pk else None
         checkpoint = rows_checkpoint(
             previous,
             seq_last,
@@ -198,7 +250,7 @@ class TableApplier:
         schema = batch.schema if batch.rows else store.stored_schema(path)
         df = self.spark.createDataFrame(batch.rows, schema)
         built = time.monotonic()
-        instant = store.commit(table_id, df, checkpoint, pk=pk or stored_key)
+        instant = store.commit(table_id, df, checkpoint, pk=tuple(pk) or stored_key)
         if not existed:
             store.sync_catalog(table_id)
         result.commits.append(

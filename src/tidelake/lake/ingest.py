@@ -9,8 +9,29 @@ A loop over *rounds* (HoodieStreamer's seams: source → round → rules → tab
   store (``lake/store.py``) with the table's next checkpoint in the same commit, DDL through
   the schema evolver (``lake/evolve.py``);
 * here: the order of the tables (independent ones concurrently, DDL ones after them, one at
-  a time), the pause policy (a table refused or failing ``MAX_TABLE_FAILURES`` rounds in a
-  row pauses; the others go on), the commit records, and the cursor.
+  a time), the failure policy (below), the commit records, and the cursor.
+
+Failure policy: one table's failure never stalls the others. Whatever a table's share of a
+round raises (any exception, not only ours) is caught per table and decided by
+:func:`table_failure` (``tidelake.errors.classify`` plus the resource faults a JVM error
+carries as text, :data:`RESOURCE_FAULTS`):
+
+* refused or terminal (a DDL that cannot be applied, a record-key conflict Hudi refuses by
+  its class): the table is **paused** with the cause (``paused.json``) until an operator
+  resumes it;
+* transient (disk full, the object store or the bus down or throttling): the table is
+  **held back and retried** after a back-off (``tidelake.retry.backoff_s``, doubling up to
+  :data:`MAX_TABLE_RETRY_WAIT_S`), for as long as it takes: when the cause is gone it
+  resumes by itself, no manual step;
+* unknown (a JVM error nobody classified, a bug): retried the same way, and paused after
+  ``MAX_TABLE_FAILURES`` failures in a row (``… (failed 3 times in a row)``).
+
+A held-back table is treated like a paused one by the cursor and retention (the saved cursor
+stays behind its events; a retry moves the in-memory cursor back to its checkpoint), and its
+cause is shown while it waits: ``retrying`` (table → cause) and ``last_error`` in the
+heartbeat, which ``status`` and ``serve`` list as errors. Every other table of the round
+commits. With ``--once`` a table still failing at the end makes the run fail with its error
+(exit 1) after the other tables have committed.
 
 The ingest's local state goes through the ledger (``lake/ledger.py``): the cursor
 (``cursor.json``) only saves listing work, every decision comes from the per-table
@@ -36,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidelake.config import Config
-from tidelake.errors import IngestError, TableRefused, TidelakeError, is_terminal
+from tidelake.errors import Decision, TableRefused, TidelakeError, classify, is_terminal
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.apply import TableApplier, TableResult
 from tidelake.lake.control import TableControl
@@ -46,7 +67,7 @@ from tidelake.lake.retention import StagedRetention
 from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
 from tidelake.lake.store import TableStore
-from tidelake.retry import retrying
+from tidelake.retry import backoff_s, retrying
 from tidelake.runtime.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -54,8 +75,57 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Consecutive failed rounds of one table before it is paused (the others go on).
+#: Consecutive failed rounds of one table, for an unknown cause, before it is paused.
 MAX_TABLE_FAILURES = 3
+#: Longest wait before a failing table is tried again (the back-off doubles up to it).
+MAX_TABLE_RETRY_WAIT_S = 60.0
+
+#: Resource faults a JVM error reports only in its text (py4j wraps the Java IOException, so
+#: no Python class says "disk full"): each is transient, gone once space or the store is
+#: back. Lower-case; matched against the whole cause chain (``lake/jvm_errors.py``).
+RESOURCE_FAULTS = (
+    "no space left on device",
+    "disk quota exceeded",
+    "enospc",
+    "connection refused",
+    "connect timed out",
+    "read timed out",
+    "sockettimeoutexception",
+    "unknownhostexception",
+    "slowdown",
+    "service unavailable",
+    "503",
+    "too many open files",
+)
+
+
+def table_failure(exc: BaseException) -> Decision:
+    """How a table's failed share of a round is handled (module docstring): ``terminal``
+    pauses it, ``transient`` retries it after a back-off for as long as it takes,
+    ``unknown`` retries it ``MAX_TABLE_FAILURES`` times."""
+    if isinstance(exc, TableRefused):
+        return "terminal"
+    decided = classify(exc)
+    if decided == "terminal":
+        return "terminal"
+    text = str(exc).lower()
+    cause = exc.__cause__
+    while cause is not None and len(text) < 20_000:
+        text += " " + str(cause).lower()
+        cause = cause.__cause__
+    if decided == "transient" or any(fault in text for fault in RESOURCE_FAULTS):
+        return "transient"
+    return "unknown"
+
+
+@dataclass
+class TableRetry:
+    """A table held back after a failure: why, how often in a row, and when to try again."""
+
+    error: BaseException
+    cause: str
+    failures: int
+    retry_at: float
 
 
 @dataclass
@@ -66,6 +136,8 @@ class RoundResult:
     seq_last: int = 0
     tables: list[TableResult] = field(default_factory=list)
     interrupted: bool = False
+    #: Tables whose share failed this round and wait for a retry (table → cause).
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,6 +181,8 @@ class Ingestor:
         self.tables = TableApplier(config, self.store)
         self.paused: dict[str, str] = {}
         self.failures: dict[str, int] = {}
+        #: Tables held back after a transient or unknown failure, until their retry time.
+        self.retrying: dict[str, TableRetry] = {}
         self.cursor = self.ledger.cursor()
         self._pause_lock = threading.Lock()
         self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
@@ -144,7 +218,18 @@ class Ingestor:
         return checkpoint.seq if checkpoint is not None else None
 
     def _write_paused(self) -> None:
-        self.ledger.save_paused(self.paused)
+        # paused.json is a report (docs/architecture.md §5): with the lake's disk full it
+        # cannot be written, and that must not turn one table's pause into a failed round
+        # (the in-memory pause is what holds the table back). The heartbeat and the next
+        # write say it again.
+        try:
+            self.ledger.save_paused(self.paused)
+        except (OSError, TidelakeError) as exc:
+            log.warning("paused tables not recorded", error=str(exc), paused=sorted(self.paused))
+
+    def held_back(self) -> set[str]:
+        """Tables whose events this round leaves for later: paused or waiting for a retry."""
+        return set(self.paused) | set(self.retrying)
 
     # -- rounds
 
@@ -155,7 +240,8 @@ class Ingestor:
         seq_last: int,
         stop: threading.Event | None,
     ) -> TableResult | None:
-        """One table's commit(s) of the round; None when a stop came first."""
+        """One table's commit(s) of the round; None when a stop came first. Whatever it
+        raises is this table's failure alone (module docstring): never the round's."""
         if stop is not None and stop.is_set():
             return None
         try:
@@ -163,21 +249,52 @@ class Ingestor:
                 table_result = self.tables.apply_database_ddl(table_id, events)
             else:
                 table_result = self.tables.apply(table_id, events, seq_last)
-        except TableRefused as exc:
-            return self._pause(table_id, str(exc))
-        except IngestError as exc:
-            # A failing table must not hold the others back forever: retry it a few
-            # rounds (the cursor stays), then pause it; at once when retrying cannot help.
-            if is_terminal(exc):
-                return self._pause(table_id, str(exc))
-            self.failures[table_id] = self.failures.get(table_id, 0) + 1
-            if self.failures[table_id] < MAX_TABLE_FAILURES:
-                raise
-            return self._pause(table_id, f"{exc} (failed {MAX_TABLE_FAILURES} times in a row)")
+        except Exception as exc:
+            return self._failed(table_id, exc)
         self.failures.pop(table_id, None)
         if table_result.refused:
             self._pause(table_id, table_result.refused)
         return table_result
+
+    def _failed(self, table_id: str, exc: Exception) -> TableResult:
+        """Pause ``table_id`` or hold it back for a retry, by :func:`table_failure`."""
+        cause = str(exc) or type(exc).__name__
+        decided = table_failure(exc)
+        if decided == "terminal":
+            self.failures.pop(table_id, None)
+            return self._pause(table_id, cause)
+        failures = self.failures.get(table_id, 0) + 1
+        self.failures[table_id] = failures
+        if decided == "unknown" and failures >= MAX_TABLE_FAILURES:
+            return self._pause(table_id, f"{cause} (failed {MAX_TABLE_FAILURES} times in a row)")
+        wait_s = backoff_s(
+            failures,
+            first_wait_s=max(self.config.ingest.interval_s, 0.1),
+            max_wait_s=MAX_TABLE_RETRY_WAIT_S,
+        )
+        with self._pause_lock:
+            self.retrying[table_id] = TableRetry(exc, cause, failures, time.monotonic() + wait_s)
+        log.warning(
+            "table held back for a retry",
+            table=table_id,
+            failure=decided,
+            attempt=failures,
+            wait_s=round(wait_s, 2),
+            error=shorten(cause, 2000),
+        )
+        return TableResult(table_id, failed=cause)
+
+    def _retry_due(self) -> None:
+        """Tables whose retry time has come take part again: the cursor goes back to the
+        earliest of their checkpoints so their events held back meanwhile are read again
+        (the other tables skip them by their own checkpoints)."""
+        now = time.monotonic()
+        for table_id, retry in list(self.retrying.items()):
+            if retry.retry_at > now:
+                continue
+            self.cursor = min(self.cursor, self.checkpoint_seq(table_id) or 0)
+            del self.retrying[table_id]
+            log.info("table retried", table=table_id, attempt=retry.failures + 1)
 
     def _pause(self, table_id: str, reason: str) -> TableResult:
         self.pause(table_id, reason)
@@ -200,7 +317,14 @@ class Ingestor:
             )
 
     def heartbeat(self, state: str, **fields: Any) -> None:
-        """Tell ``serve``/``status``/the demo what the ingest is doing."""
+        """Tell ``serve``/``status``/the demo what the ingest is doing: a table held back for
+        a retry shows its cause (``retrying``, and ``last_error``, which ``status`` lists)."""
+        if self.retrying:
+            if state == "idle":
+                state = "retrying"  # idle only until a held-back table's retry time
+            fields["retrying"] = {t: shorten(r.cause, 1000) for t, r in self.retrying.items()}
+            latest = max(self.retrying.values(), key=lambda r: r.retry_at)
+            fields.setdefault("last_error", shorten(latest.cause, 1000))
         self.ledger.write_heartbeat(state, cursor=self.cursor, paused=sorted(self.paused), **fields)
 
     def _commit_tables(
@@ -212,33 +336,29 @@ class Ingestor:
         seq_last: int,
     ) -> None:
         """Commit ``todo``'s tables, ``parallel`` at a time, their checkpoints covering the
-        stream up to ``seq_last``; failures raise after all ran."""
-        failed: list[IngestError] = []
+        stream up to ``seq_last``; a table's failure is its own (:meth:`_failed`)."""
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="commit") as pool:
             futures = {
                 pool.submit(self._apply_table, table_id, events, seq_last, stop): table_id
                 for table_id, events in todo
             }
             for future in as_completed(futures):
-                try:
-                    table_result = future.result()
-                except IngestError as exc:
-                    failed.append(exc)
-                    continue
+                table_result = future.result()  # a table's failure is in its result
                 if table_result is None:
                     result.interrupted = True
                     continue
+                if table_result.failed is not None:
+                    result.failed[table_result.table] = table_result.failed
+                    continue
                 result.tables.append(table_result)
                 self._record(table_result, result.seq_last)
-        if failed:
-            raise failed[0]
 
     def _advance_cursor(self, seq: int) -> None:
         """The round is applied: the cursor moves to ``seq``, the one place it advances."""
         self.cursor = seq
-        if not self.paused:
-            # A paused table has events in this round that it did not apply: the saved hint
-            # stays behind them so a restart (which un-pauses) reads them again.
+        if not self.held_back():
+            # A paused or held-back table has events in this round that it did not apply:
+            # the saved hint stays behind them so a restart (which un-pauses) reads them.
             self.ledger.save_cursor(seq)
         self._retire()
 
@@ -249,7 +369,7 @@ class Ingestor:
         if not (now or self.retention.due()):
             return
         bound = self.cursor
-        for table_id in list(self.paused):
+        for table_id in self.held_back():
             bound = min(bound, self.checkpoint_seq(table_id) or 0)
         try:
             self.retention.retire(bound)
@@ -260,13 +380,15 @@ class Ingestor:
         """Apply the next round; an empty result when nothing is staged."""
         result = RoundResult()
         self.control.apply(self)  # before listing: a resume may move the cursor back
+        self._retry_due()  # so may a table whose retry time has come
         staged = self.source.next_round(self.cursor)
         if staged is None:
             return result
         result.manifests = len(staged.manifests)
         result.seq_last = staged.seq_last
         self.heartbeat("applying")
-        todo = [(t, events) for t, events in staged.events.items() if t not in self.paused]
+        held = self.held_back()
+        todo = [(t, events) for t, events in staged.events.items() if t not in held]
         # Tables are independent Hudi tables: commit them concurrently (one Spark job each),
         # so one round costs about its slowest table instead of the sum of all of them. A
         # table with DDL goes after the others, one at a time: RENAME and DROP reach other
@@ -284,7 +406,8 @@ class Ingestor:
         return result
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
-        """Apply everything staged now, then return."""
+        """Apply everything staged now, then return. A table that failed (and was not
+        paused) raises its error at the end, once every other table has committed."""
         stats = IngestStats()
         while not (stop is not None and stop.is_set()):
             result = self.step(stop)
@@ -292,6 +415,8 @@ class Ingestor:
                 break
             stats.add(result)
         self._retire(now=True)
+        if self.retrying:
+            raise next(iter(self.retrying.values())).error
         return stats
 
     def run_continuous(self, interval_s: float, stop: threading.Event) -> IngestStats:

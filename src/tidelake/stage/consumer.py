@@ -25,13 +25,28 @@ A crash before step 3 completes only means redelivery: the batch is staged again
 up as a second manifest whose sequence range overlaps the first (the ingest skips what its
 checkpoint holds; docs/architecture.md §3).
 
-Poison batches. The consumer's server-side MaxDeliver is unlimited (see
-:mod:`tidelake.bus.provision`); this loop enforces ``bus.consumer.max_deliver``: a message
-delivered more than ``max_deliver`` times (the stager kept dying, or stalling past AckWait,
-while holding it) is dead-lettered with reason ``max_deliver`` *without being decoded*,
-which breaks a crash loop caused by the message itself. Decoding failures, including a
-decoder bug raising something other than :class:`DecodeError`, are dead-lettered on the
-first delivery.
+Local faults stop consumption; they never make a message poison (issue 23). When writing a
+batch fails with a transient error (the staging disk full: ENOSPC; the object store down or
+throttling: ``tidelake.errors.classify``), the batch is kept: its messages stay unacked with
+their AckWait extended (``in_progress``), the loop stops fetching, and the write is retried
+with back-off (:func:`tidelake.retry.backoff_s`, up to :data:`MAX_STALL_WAIT_S`) until it
+succeeds. The cause is logged and shown as ``last_error`` in the stager's heartbeat.
+
+Poison messages. The consumer's server-side MaxDeliver is unlimited (see
+:mod:`tidelake.bus.provision`); this loop enforces ``bus.consumer.max_deliver``, but the
+delivery count alone does not convict a message: restarts of a stager that could not write
+(a full disk, killed again and again by an operator or a supervisor) raise it too, for valid
+messages. So a message delivered more than ``max_deliver`` times is a *suspect*: before it is
+decoded, a record ``_tidelake/suspects/<seq>`` counting its tries is written durably to
+staging storage (:func:`suspect_path`), and removed once the batch holding it is durable. A
+suspect whose record already shows :data:`SUSPECT_TRIES` tries — stagers with working
+storage died that often while holding it — is dead-lettered with reason ``max_deliver``
+*without being decoded*, which breaks a crash loop caused by the message itself. While the
+record cannot be written (the same local fault), the suspect is held, not dead-lettered. The
+record is the fault history made durable where the fault is: a count that only grows while
+the storage works. Decoding failures, including a decoder bug raising something other than
+:class:`DecodeError`, and implausible positions (:mod:`tidelake.formats.positions`) are
+dead-lettered on the first delivery with their own reason.
 
 Test-only hook: ``TEST_TIDELAKE_CRASH_AT=after_files`` (between the data files and the
 manifest) or ``after_manifest`` (between the manifest and the acks) makes the process
@@ -62,8 +77,11 @@ from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, DecodeError, is_retryable
 from tidelake.formats import Decoded
+from tidelake.formats.positions import check_positions
+from tidelake.retry import backoff_s
 from tidelake.runtime.storage import Storage, open_storage
-from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
+from tidelake.stage.admission import TableAdmission
+from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
 from tidelake.stage.manifest import Manifest
 from tidelake.stage.pii import PiiMasker
 
@@ -89,6 +107,13 @@ ONCE_FETCH_S = 0.3
 #: Shortest fetch: nats-py refuses a zero timeout.
 MIN_FETCH_S = 0.1
 
+#: Longest pause between two attempts to write a batch while staging storage fails.
+MAX_STALL_WAIT_S = 30.0
+#: Stagers that may die holding a suspect (a message past max_deliver) with their storage
+#: writable before it is dead-lettered as ``max_deliver`` (module docstring). Two, so that
+#: one unrelated kill of the process while it holds the message does not convict it.
+SUSPECT_TRIES = 2
+
 
 @dataclass
 class StagerStats:
@@ -103,6 +128,10 @@ class StagerStats:
     rows_by_table: Counter[str] = field(default_factory=Counter)
     dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
     last_seq: int = 0
+    #: Failed attempts to write to staging storage (each retried, none acked).
+    storage_failures: int = 0
+    #: The storage error being retried now, for the heartbeat (empty once it succeeds).
+    last_error: str = ""
 
     def add_batch(self, batch: Batch[Msg], manifest: Manifest) -> None:
         self.batches += 1
@@ -141,12 +170,20 @@ class Stager:
         self.limits = BatchLimits.from_config(stage)
         self.decode = decode or _default_decoder()
         self.pii = PiiMasker.from_config(stage)
+        self.admission = TableAdmission(stage.tables, storage)
         self.stats = StagerStats()
         self._stop = asyncio.Event()
         #: The previous batch, being written and acked while the next one fills; and
         #: redeliveries of its messages that came while the next batch was still empty.
         self._flushing: asyncio.Task[Manifest] | None = None
         self._late_acks: list[Msg] = []
+        #: Set while the batch being written is retried after a storage failure: the loop
+        #: stops fetching until it is written.
+        self._stalled = asyncio.Event()
+        #: Stream sequences of suspects (past max_deliver) with a record in staging storage.
+        self._suspects: set[int] = set()
+        #: Messages ahead of a gap in stream order (see _in_order), by sequence.
+        self._held: dict[int, Msg] = {}
         self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
         if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
             raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
@@ -186,6 +223,9 @@ class Stager:
         batch: Batch[Msg] = Batch(self.limits)
         try:
             while not self.stopping:
+                if self._stalled.is_set():
+                    await self._wait_out_stall(batch)  # no fetching while storage fails
+                    continue
                 # Held-back messages count against the room; but while a gap is open keep
                 # pulling, or its redelivery could never arrive (max_ack_pending bounds it).
                 want = min(self.stage.fetch_batch, batch.room() - len(self._held))
@@ -197,9 +237,7 @@ class Stager:
                     timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
                 msgs = await self._in_order(await puller.fetch(want, timeout), batch)
                 for msg in msgs:
-                    reason = self._take(batch, msg)
-                    if reason is not None:  # the rare path: a durable DLQ copy first
-                        await self._dead_letter(batch, msg, reason)
+                    await self._admit(batch, msg)
                     if batch.closed or batch.is_due():
                         batch = await self._cut(batch)
                 if batch.is_due() or (batch and (not msgs or self.stopping) and once):
@@ -213,15 +251,14 @@ class Stager:
             for msg in await self._in_order(puller.take_buffered(), batch):
                 if batch.closed or batch.is_due():
                     batch = await self._cut(batch)
-                reason = self._take(batch, msg)
-                if reason is not None:
-                    await self._dead_letter(batch, msg, reason)
+                await self._admit(batch, msg)
             if batch:
                 await self._cut(batch)
             await self._settle()
         finally:
             task, self._flushing = self._flushing, None
             if task is not None:  # left only when the loop failed: let it ack, keep our error
+                self._stop.set()  # a write retried after a storage failure gives up
                 await asyncio.wait([task])
                 if not task.cancelled() and task.exception() is not None:
                     log.error("batch not staged", error=repr(task.exception()))
@@ -245,7 +282,7 @@ class Stager:
     async def _cut(self, batch: Batch[Msg]) -> Batch[Msg]:
         """Start writing ``batch`` (after the previous one is written and acked); return a
         new, empty batch."""
-        await self._settle()
+        await self._wait_out_stall(batch)  # = _settle, keeping ``batch`` alive meanwhile
         self._flushing = asyncio.create_task(self._finish(batch))
         return Batch(self.limits)
 
@@ -273,7 +310,7 @@ class Stager:
         #: manifest (or not ours); and the next sequence a batch may take.
         self._flushed_floor = int(info.ack_floor.stream_seq or 0)
         self._next_seq = self._flushed_floor + 1
-        self._held: dict[int, Msg] = {}
+        self._held = {}
         self._gap_checked_at = 0.0
         self._held_touched_at = time.monotonic()
 
@@ -370,18 +407,105 @@ class Stager:
         info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
         return not info.num_pending and not info.num_ack_pending
 
+    async def _admit(self, batch: Batch[Msg], msg: Msg) -> None:
+        """Decode ``msg`` into the batch, or dead-letter it (a durable DLQ copy first)."""
+        reason = await self._convicted(msg)
+        if reason is None:
+            reason = self._take(batch, msg)
+        if reason is not None:  # the rare path
+            await self._dead_letter(batch, msg, reason)
+
+    async def _convicted(self, msg: Msg) -> str | None:
+        """``max_deliver`` when ``msg`` is a suspect that stagers with working storage died
+        holding :data:`SUSPECT_TRIES` times; else None, after recording this try durably
+        (module docstring). A storage failure on the way is waited out, never a verdict."""
+        seq, deliveries = delivery_info(msg)
+        if deliveries <= self.bus.consumer.max_deliver or seq in self._suspects:
+            return None
+        path = suspect_path(seq)
+        attempt = 0
+        while True:
+            try:
+                tries = await asyncio.to_thread(self._suspect_tries, path)
+                if tries >= SUSPECT_TRIES:
+                    return (
+                        f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times; "
+                        f"{tries} stager(s) with working storage stopped while holding it"
+                    )
+                await asyncio.to_thread(self.storage.put, path, str(tries + 1).encode())
+            except Exception as exc:
+                if not is_retryable(exc) or self.stopping:
+                    raise
+                attempt += 1
+                await self._pause_for(exc, attempt, f"suspect record of message {seq}", [msg])
+                continue
+            self._ok()
+            self._suspects.add(seq)
+            log.warning("message past max_deliver tried again", seq=seq, deliveries=deliveries)
+            return None
+
+    def _suspect_tries(self, path: str) -> int:
+        if not self.storage.exists(path):
+            return 0
+        text = self.storage.get(path).decode(errors="replace").strip()
+        return int(text) if text.isdecimal() else SUSPECT_TRIES  # unreadable: assume the worst
+
+    async def _pause_for(
+        self, exc: BaseException, attempt: int, what: str, keep: list[Msg]
+    ) -> None:
+        """Wait the back-off after failed ``attempt`` to write ``what`` to staging storage,
+        keeping the AckWait of the messages in ``keep`` alive meanwhile."""
+        self.stats.storage_failures += 1
+        self.stats.last_error = f"staging storage: {what}: {exc}"[:1000]
+        wait_s = backoff_s(attempt, first_wait_s=0.5, max_wait_s=MAX_STALL_WAIT_S)
+        log.warning(
+            "staging storage failed; holding the messages and retrying",
+            what=what,
+            attempt=attempt,
+            wait_s=round(wait_s, 2),
+            error=repr(exc)[:500],
+        )
+        deadline = time.monotonic() + wait_s
+        tick = max(0.1, min(self.bus.consumer.ack_wait_s / 3, 5.0))
+        while True:
+            await _keep_alive(keep)
+            left = deadline - time.monotonic()
+            if left <= 0 or self.stopping:
+                return
+            await asyncio.sleep(min(tick, left))
+
+    def _ok(self) -> None:
+        """Staging storage works again: nothing to show any more."""
+        if self.stats.last_error:
+            log.info("staging storage writable again")
+            self.stats.last_error = ""
+
+    async def _wait_out_stall(self, batch: Batch[Msg]) -> None:
+        """While the batch being written is retried, fetch nothing and keep the AckWait of
+        the open batch and of the held-back messages alive; return once it is written (or
+        failed for good: :meth:`_settle` raises that)."""
+        task = self._flushing
+        tick = max(0.1, min(self.bus.consumer.ack_wait_s / 3, 5.0))
+        while task is not None and not task.done():
+            await asyncio.wait([task], timeout=tick)
+            if not task.done():  # the common wait (a batch being written) sends nothing
+                await _keep_alive([*batch.messages, *batch.extra_acks, *self._held.values()])
+        self._stalled.clear()
+        await self._settle()
+
     def _take(self, batch: Batch[Msg], msg: Msg) -> str | None:
         """Decode ``msg`` into the batch; or return why it must be dead-lettered."""
         seq, deliveries = delivery_info(msg)
         if deliveries > 1:
             self.stats.redelivered += 1
-        if deliveries > self.bus.consumer.max_deliver:
-            return f"{dlq.REASON_MAX_DELIVER}: delivered {deliveries} times"
         key = msg.headers.get(KEY_HEADER) if msg.headers else None
         try:
             decoded = self.decode(
                 msg.data, seq=seq, key_json=key.encode() if key else None, subject=msg.subject
             )
+            # A position its producer cannot emit would move the table's watermark past
+            # every later real event (formats/positions.py): refused before staging.
+            check_positions(decoded, arrived_ms=arrival_ms(msg))
             # Personal data is masked before anything is written (stage/pii.py).
             events = self.pii.apply(decoded.events) if self.pii else decoded.events
         except DecodeError as exc:
@@ -389,6 +513,9 @@ class Stager:
         except Exception as exc:  # a decoder bug: isolate the message, do not crash-loop
             log.exception("decoder failed unexpectedly", seq=seq, subject=msg.subject)
             return f"decoder_error: {type(exc).__name__}: {exc}"
+        refused = self.admission.refusal(events)  # names and table limits (stage/admission.py)
+        if refused is not None:
+            return refused
         if events:
             batch.add_events(msg, seq, len(msg.data), events)
         else:
@@ -428,14 +555,13 @@ class Stager:
     async def _finish(self, batch: Batch[Msg]) -> Manifest:
         """Files, then manifest (durable), then the acks of every message of the batch."""
         started = time.monotonic()
-        manifest = await asyncio.to_thread(
-            batch.flush, self.storage, after_files=self._hook("after_files")
-        )
+        manifest = await self._flush(batch)
         self._hook("after_manifest")()
         self._flushed_floor = max(self._flushed_floor, manifest.seq_last)
         late, self._late_acks = self._late_acks, []
         for msg in (*batch.messages, *batch.extra_acks, *late):
             await msg.ack()
+        await self._forget_suspects(manifest)
         try:
             await self.nc.flush(timeout=10)
         except (nats.errors.TimeoutError, TimeoutError) as exc:
@@ -456,6 +582,42 @@ class Stager:
             seconds=round(time.monotonic() - started, 3),
         )
         return manifest
+
+    async def _flush(self, batch: Batch[Msg]) -> Manifest:
+        """Files, then manifest; a transient storage failure (disk full, object store down)
+        is retried with back-off under the same batch id, the messages kept (module
+        docstring), until it succeeds or the stager is stopped."""
+        batch_id = new_batch_id()
+        attempt = 0
+        while True:
+            try:
+                manifest = await asyncio.to_thread(
+                    batch.flush,
+                    self.storage,
+                    batch_id=batch_id,
+                    after_files=self._hook("after_files"),
+                )
+            except Exception as exc:
+                if not is_retryable(exc) or self.stopping:
+                    raise
+                self._stalled.set()
+                attempt += 1
+                late = [*batch.extra_acks, *self._late_acks]
+                await self._pause_for(exc, attempt, f"batch {batch_id}", [*batch.messages, *late])
+                continue
+            self._ok()
+            self._stalled.clear()
+            return manifest
+
+    async def _forget_suspects(self, manifest: Manifest) -> None:
+        """The suspects this durable batch holds are cleared (their records removed)."""
+        done = [s for s in self._suspects if manifest.seq_first <= s <= manifest.seq_last]
+        for seq in done:
+            self._suspects.discard(seq)
+            try:
+                await asyncio.to_thread(self.storage.delete, suspect_path(seq))
+            except Exception as exc:  # a leftover record only costs one try later
+                log.warning("suspect record not removed", seq=seq, error=repr(exc)[:300])
 
     def _hook(self, point: str) -> Callable[[], None]:
         """The test-only crash hook (see the module docstring); a no-op unless armed."""
@@ -482,6 +644,33 @@ def delivery_info(msg: Msg) -> tuple[int, int]:
         return int(tokens[5]), int(tokens[4])
     md = msg.metadata
     return md.sequence.stream, md.num_delivered
+
+
+def arrival_ms(msg: Msg) -> int:
+    """When ``msg`` was stored in the stream (ms since the epoch), from its ack subject's
+    timestamp token (nanoseconds); the local clock when the subject does not carry one."""
+    reply = msg.reply
+    tokens: list[str] = reply.split(".") if reply else []
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[7].isdecimal():
+        return int(tokens[7]) // 1_000_000
+    try:
+        return int(msg.metadata.timestamp.timestamp() * 1000)
+    except Exception:  # not a JetStream message (a unit test's): judged by now
+        return time.time_ns() // 1_000_000
+
+
+def suspect_path(seq: int) -> str:
+    """Where the stager counts the tries of a message past max_deliver (module docstring)."""
+    return f"_tidelake/suspects/{seq:020d}"
+
+
+async def _keep_alive(msgs: list[Msg]) -> None:
+    """Extend the AckWait of ``msgs`` (``+WPI``); a lost one only means a redelivery."""
+    for msg in msgs:
+        try:
+            await msg.in_progress()
+        except Exception as exc:
+            log.debug("in-progress not sent", error=repr(exc)[:200])
 
 
 def _noop() -> None:

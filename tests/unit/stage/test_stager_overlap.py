@@ -2,7 +2,8 @@
 
 A batch's messages are acked only after its manifest is durable, manifests are written in
 stream order (a slow first batch is never overtaken by the second), and a batch that cannot
-be written is never acked: its error stops the stager at the next cut.
+be written is never acked: a transient failure (disk full) is retried, its messages kept
+alive, and the next cut waits for it; a terminal one stops the stager at the next cut.
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ class RecordingStorage(LocalStorage):
         self.gate = threading.Event()
         self.gate.set()
         self.fail = False
+        self.terminal = False
 
     def put(self, path: str, data: bytes) -> None:
         self.gate.wait(10)
         if self.fail:
+            if self.terminal:
+                raise StorageError(f"cannot write {path}: denied") from PermissionError(path)
             raise StorageError(f"cannot write {path}: disk full")
         super().put(path, data)
         if path.startswith("manifests/"):
@@ -53,6 +57,9 @@ class FakeMsg:
 
     async def ack(self) -> None:
         self.log.append(("ack", self.seq))
+
+    async def in_progress(self) -> None:
+        self.log.append(("in_progress", self.seq))
 
 
 async def _flush(timeout: float = 0) -> None:
@@ -130,22 +137,61 @@ def test_the_next_batch_fills_while_a_cut_one_is_written(tmp_path: Path) -> None
 def test_a_batch_that_cannot_be_written_is_not_acked_and_stops_the_next_cut(
     tmp_path: Path,
 ) -> None:
-    """The write error of batch 1-3 surfaces at the next cut; nothing is acked, batch 4-6
-    is not written."""
+    """A terminal write error of batch 1-3 surfaces at the next cut; nothing is acked,
+    batch 4-6 is not written."""
     log: list[tuple[str, Any]] = []
     storage = RecordingStorage(tmp_path / "staging", log)
-    storage.fail = True
+    storage.fail = storage.terminal = True
     stager = _stager(tmp_path, storage)
 
     async def main() -> None:
         await stager._cut(_batch(stager, range(1, 4), log))
-        with pytest.raises(StorageError, match="disk full"):
+        with pytest.raises(StorageError, match="denied"):
             await stager._cut(_batch(stager, range(4, 7), log))
 
     asyncio.run(main())
     assert [] == log
     assert [] == storage.list("manifests")
     assert 0 == stager._flushed_floor
+
+
+def test_a_full_disk_holds_the_batch_and_its_messages_until_space_is_back(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: a disk-full write of batch 1-3 is retried, not raised: nothing is acked
+    while it fails, every message of it and of the batch cut behind it has its AckWait
+    extended (``in_progress``), the failure shows as ``last_error``; once the disk has
+    room both batches are written in order and acked after their manifests."""
+    log: list[tuple[str, Any]] = []
+    storage = RecordingStorage(tmp_path / "staging", log)
+    storage.fail = True
+    stager = _stager(tmp_path, storage)
+    stager.bus = stager.bus.model_copy(
+        update={"consumer": stager.bus.consumer.model_copy(update={"ack_wait_s": 0.3})}
+    )
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        await stager._cut(_batch(stager, range(1, 4), log))
+        second = asyncio.create_task(stager._cut(_batch(stager, range(4, 7), log)))
+        await asyncio.sleep(1.5)
+        seen["error"] = stager.stats.last_error
+        seen["stalled"] = stager._stalled.is_set()
+        seen["acked"] = [x for x in log if x[0] != "in_progress"]
+        storage.fail = False  # space freed
+        await second
+        await stager._settle()
+
+    asyncio.run(main())
+    assert [] == seen["acked"]
+    assert seen["stalled"]
+    assert "disk full" in seen["error"]
+    kept = {seq for kind, seq in log if kind == "in_progress"}
+    assert set(range(1, 7)) == kept
+    expected = [("manifest", 1), ("ack", 1), ("ack", 2), ("ack", 3)]
+    expected += [("manifest", 4), ("ack", 4), ("ack", 5), ("ack", 6)]
+    assert expected == [x for x in log if x[0] != "in_progress"]
+    assert ("", 6) == (stager.stats.last_error, stager._flushed_floor)
 
 
 def test_a_redelivery_of_the_batch_being_written_is_acked_with_it(tmp_path: Path) -> None:

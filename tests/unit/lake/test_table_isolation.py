@@ -1,0 +1,184 @@
+"""One bad table never stalls the others (issue 23, deliver 4: isolation).
+
+The ingest's failure policy (``lake/ingest.py`` module docstring): whatever one table's share
+of a round raises is that table's alone. A terminal cause pauses it, a transient one (disk
+full, the object store down) holds it back and retries it after a back-off until the cause
+is gone, an unknown one is retried ``MAX_TABLE_FAILURES`` times and then paused; the other
+tables commit, and a held-back table's cause is in the heartbeat while it waits.
+
+No Spark: the round source and the table applier are replaced by small fakes; what is under
+test is the loop's decisions (``Ingestor.step``, ``run_once``), the ledger and the heartbeat.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from tidelake.config import Config, load_config
+from tidelake.errors import IngestError, TableRefused
+from tidelake.events import ChangeEvent, Op, Position
+from tidelake.lake.apply import TableResult
+from tidelake.lake.ingest import MAX_TABLE_FAILURES, Ingestor, table_failure
+from tidelake.lake.ledger import Ledger
+from tidelake.lake.source import Round
+from tidelake.runtime.storage import LocalStorage
+from tidelake.stage.manifest import Manifest
+
+
+def _event(table: str, seq: int) -> ChangeEvent:
+    db, name = table.split(".")
+    return ChangeEvent(
+        source="tidb",
+        database=db,
+        table=name,
+        op=Op.INSERT,
+        position=Position((seq,)),
+        pk=("id",),
+        key={"id": str(seq)},
+        after={"id": str(seq)},
+        seq=seq,
+    )
+
+
+class _Source:
+    """One round holding seqs 1..2 of two tables, offered while the cursor is behind it."""
+
+    def __init__(self) -> None:
+        manifest = cast(Manifest, SimpleNamespace(seq_first=1, seq_last=2))  # all Round reads
+        self.round = Round(
+            [manifest],
+            {"shop.bad": [_event("shop.bad", 1)], "shop.good": [_event("shop.good", 2)]},
+        )
+
+    def next_round(self, cursor: int) -> Round | None:
+        return self.round if cursor < 2 else None
+
+
+class _Tables:
+    """Applies ``shop.good`` and fails ``shop.bad`` with ``error`` while it is set."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+        self.applied: list[str] = []
+
+    def apply(self, table_id: str, events: Sequence[ChangeEvent], seq_last: int) -> TableResult:
+        if table_id == "shop.bad" and self.error is not None:
+            raise self.error
+        self.applied.append(table_id)
+        return TableResult(table_id, commits=[])
+
+
+def _ingestor(tmp_path: Path, error: Exception | None) -> tuple[Ingestor, _Tables, Config]:
+    config = load_config(
+        None, environ={"TIDELAKE_HOME": str(tmp_path), "TIDELAKE_INGEST__INTERVAL_S": "0.01"}
+    )
+    ingestor = Ingestor(config, cast(Any, None), LocalStorage(config.stage_root))
+    tables = _Tables(error)
+    ingestor.source = cast(Any, _Source())
+    ingestor.tables = cast(Any, tables)
+    return ingestor, tables, config
+
+
+def _due_now(ingestor: Ingestor) -> None:
+    for retry in ingestor.retrying.values():
+        retry.retry_at = 0.0
+
+
+def test_a_table_raising_an_unknown_error_lets_the_others_commit_and_shows_its_cause(
+    tmp_path: Path,
+) -> None:
+    """Probe: a ``ValueError`` (``es`` of 10^15 → "year out of range") in one table's share
+    stalled every table forever. Now the other table commits in the same round, the failing
+    one waits for a retry with its cause in the heartbeat (``retrying``, ``last_error``),
+    the saved cursor stays behind its events, and after ``MAX_TABLE_FAILURES`` failures it
+    is paused with the cause in ``paused.json``."""
+    ingestor, tables, config = _ingestor(tmp_path, ValueError("year 33658 is out of range"))
+    ledger = Ledger(config.lake_state_dir)
+
+    result = ingestor.step()
+    ingestor.heartbeat("idle")
+
+    assert ["shop.good"] == tables.applied
+    assert {"shop.bad": "year 33658 is out of range"} == result.failed
+    heartbeat = ledger.heartbeat() or {}
+    expected_hb = ("retrying", {"shop.bad": "year 33658 is out of range"})
+    assert expected_hb == (heartbeat["state"], heartbeat["retrying"])
+    assert "year 33658 is out of range" == heartbeat["last_error"]
+    assert 0 == ledger.cursor()  # the saved hint stays behind shop.bad's events
+    for _ in range(MAX_TABLE_FAILURES - 1):
+        _due_now(ingestor)
+        ingestor.step()
+    expected = {
+        "shop.bad": f"year 33658 is out of range (failed {MAX_TABLE_FAILURES} times in a row)"
+    }
+    assert (expected, {}) == (ledger.paused(), ingestor.retrying)
+
+
+def test_a_transient_failure_retries_until_the_cause_is_gone_with_no_manual_step(
+    tmp_path: Path,
+) -> None:
+    """Probe: after the lake's disk filled and was freed, tables stayed paused with
+    ``errors: []``. A disk-full error (ENOSPC) is transient: the table is never paused,
+    however many rounds fail; once space is back its next retry commits, nothing is held
+    back and the cursor is saved."""
+    error = OSError(errno.ENOSPC, "No space left on device")
+    ingestor, tables, config = _ingestor(tmp_path, error)
+    for _ in range(MAX_TABLE_FAILURES * 3):
+        ingestor.step()
+        _due_now(ingestor)
+    assert ({}, ["shop.bad"]) == (ingestor.paused, sorted(ingestor.retrying))
+    # shop.good is applied again on each re-read (this fake has no checkpoint to skip by).
+    assert {"shop.good"} == set(tables.applied)
+
+    tables.error = None  # space freed
+    ingestor.step()
+    expected = ({}, {}, 1, 2)
+    actual = (
+        ingestor.paused,
+        ingestor.retrying,
+        tables.applied.count("shop.bad"),
+        Ledger(config.lake_state_dir).cursor(),
+    )
+    assert expected == actual
+
+
+def test_a_jvm_disk_full_error_is_transient_by_its_text() -> None:
+    """A Hudi write failing for lack of space reaches Python as py4j's error wrapped in an
+    IngestError; only its text says "No space left on device": transient, like ENOSPC."""
+    wrapped = IngestError(
+        "shop.orders: the Hudi write failed: IOException: No space left on device"
+    )
+    expected = ["transient", "transient", "terminal", "unknown"]
+    actual = [
+        table_failure(wrapped),
+        table_failure(OSError(errno.ENOSPC, "No space left on device")),
+        table_failure(TableRefused("no primary key")),
+        table_failure(ValueError("year 33658 is out of range")),
+    ]
+    assert expected == actual
+
+
+def test_a_terminal_failure_pauses_at_once_and_the_other_table_commits(tmp_path: Path) -> None:
+    """A refused table is paused with its reason in the first round; the other commits."""
+    ingestor, tables, config = _ingestor(tmp_path, TableRefused("shop.bad has no primary key"))
+    ingestor.step()
+    expected = ({"shop.bad": "shop.bad has no primary key"}, ["shop.good"], {})
+    actual = (Ledger(config.lake_state_dir).paused(), tables.applied, ingestor.retrying)
+    assert expected == actual
+
+
+def test_ingest_once_raises_a_failing_tables_error_after_the_others_committed(
+    tmp_path: Path,
+) -> None:
+    """``ingest --once`` still exits 1 with the cause of a table that keeps failing, but
+    only after every other table of the run has committed."""
+    ingestor, tables, _ = _ingestor(tmp_path, ValueError("boom"))
+    with pytest.raises(ValueError, match="boom"):
+        ingestor.run_once()
+    assert ["shop.good"] == tables.applied
