@@ -410,8 +410,21 @@ class Stager:
     async def _admit(self, batch: Batch[Msg], msg: Msg) -> None:
         """Decode ``msg`` into the batch, or dead-letter it (a durable DLQ copy first)."""
         reason = await self._convicted(msg)
-        if reason is None:
-            reason = self._take(batch, msg)
+        attempt = 0
+        while reason is None:
+            try:
+                reason = self._take(batch, msg)
+                break
+            except Exception as exc:
+                # Taking a message may write to staging storage (a new table's admission,
+                # stage/admission.py): a disk-full there is waited out like a batch's.
+                if not is_retryable(exc) or self.stopping:
+                    raise
+                attempt += 1
+                keep = [msg, *batch.messages, *batch.extra_acks, *self._held.values()]
+                await self._pause_for(exc, attempt, f"message {delivery_info(msg)[0]}", keep)
+        if attempt:
+            self._ok()
         if reason is not None:  # the rare path
             await self._dead_letter(batch, msg, reason)
 
