@@ -69,8 +69,8 @@ def test_a_staged_file_in_a_new_batch_directory_syncs_the_new_directories(
 ) -> None:
     """The founders' probe: a new ``batches/<id>/`` was not synced in its parent. Now the
     first file of a batch syncs the batch directory's entry in ``batches/`` and
-    ``batches/``'s in the root, then itself and its name; a manifest into an existing directory syncs
-    the file and the directory only."""
+    ``batches/``'s in the root, then itself and its name; a manifest into an existing
+    directory syncs the file and the directory only."""
     storage = LocalStorage(tmp_path)
     (tmp_path / "manifests").mkdir()
     synced = _recorder(monkeypatch, tmp_path)
