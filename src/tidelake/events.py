@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from tidelake.names import table_id
+
 #: Width of one encoded position component: 20 digits hold any unsigned 64-bit integer.
 _PART_WIDTH = 20
 _PART_LIMIT = 10**_PART_WIDTH
@@ -113,8 +115,10 @@ class ChangeEvent:
 
     @property
     def table_id(self) -> str:
-        """``database.table``: the name of the source table, and of its Hudi table."""
-        return f"{self.database}.{self.table}"
+        """``database.table``: the name of the source table, and of its Hudi table; a part
+        holding a dot or a backtick is backtick-quoted (``names.table_id``), so the text
+        names one table and ``names.split_table_id`` gives the parts back."""
+        return table_id(self.database, self.table)
 
     @property
     def row(self) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ import structlog
 
 from tidelake.lake.hudi import local_dir
 from tidelake.lake.ledger import Ledger
+from tidelake.names import catalog_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,13 +42,21 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def catalog_identifier(name: str) -> str:
+    """The quoted catalog identifier of a source database or table name: Spark's catalog
+    takes only ``[A-Za-z0-9_]`` and ignores case, so other names are escaped
+    (``names.catalog_name``: ``Orders`` is ``_orders_x1``) and ``Shop.Orders`` never answers
+    for ``shop.orders``."""
+    return quote_identifier(catalog_name(name))
+
+
 def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def register_table(spark: SparkSession, database: str, table: str, path: str) -> None:
     """Make ``database.table`` name the Hudi table at ``path`` in the session catalog."""
-    db, name = quote_identifier(database), quote_identifier(table)
+    db, name = catalog_identifier(database), catalog_identifier(table)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
     local = local_dir(path)
     wanted = (local.resolve().as_uri() if local is not None else path).rstrip("/")
@@ -77,7 +86,7 @@ def _table_location(spark: SparkSession, qualified: str) -> str | None:
 
 
 def _qualified(database: str, table: str) -> str:
-    return f"{quote_identifier(database)}.{quote_identifier(table)}"
+    return f"{catalog_identifier(database)}.{catalog_identifier(table)}"
 
 
 def sync_table(spark: SparkSession, database: str, table: str, path: str) -> None:
@@ -102,7 +111,7 @@ def create_database(spark: SparkSession, ledger: Ledger, database: str, seq: int
     if not ledger.record_database(database, seq, exists=True):
         return False
     try:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {catalog_identifier(database)}")
     except Exception as exc:  # the catalog is a convenience: never fail the ingest on it
         log.warning("database not created in the catalog", database=database, error=str(exc))
     return True
@@ -114,7 +123,7 @@ def drop_database(spark: SparkSession, ledger: Ledger, database: str, seq: int) 
     if not ledger.record_database(database, seq, exists=False):
         return False
     try:
-        spark.sql(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
+        spark.sql(f"DROP DATABASE IF EXISTS {catalog_identifier(database)}")
     except Exception as exc:
         log.warning("database not dropped from the catalog", database=database, error=str(exc))
     return True
@@ -127,7 +136,7 @@ def register_databases(spark: SparkSession, ledger: Ledger) -> list[str]:
     for database, held in sorted(ledger.databases().items()):
         if held.exists:
             try:
-                spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS {catalog_identifier(database)}")
                 names.append(database)
             except Exception as exc:
                 log.warning("database not registered", database=database, error=str(exc))

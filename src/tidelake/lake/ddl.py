@@ -41,6 +41,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from tidelake import names
+
 Dialect = Literal["mysql", "postgres"]
 
 
@@ -59,7 +61,7 @@ class TableName:
 
     @property
     def table_id(self) -> str:
-        return f"{self.database}.{self.table}"
+        return names.table_id(self.database, self.table)
 
     def __str__(self) -> str:
         return self.table_id

@@ -1,7 +1,8 @@
 """The one place that names Hudi options, and the layout of the lake on disk.
 
-One Hudi table per source table, at ``<lake_root>/<db>/<table>`` (each name percent-encoded
-when it holds a character unsafe in a path). Every write is an upsert whose records carry:
+One Hudi table per source table, at ``<lake_root>/<db>/<table>`` (each name encoded by
+``tidelake/names.py``: percent-encoded when it holds a character unsafe in a path or starts
+with ``.``/``_``; docs/names.md). Every write is an upsert whose records carry:
 
 * the source primary key as the record key (composite keys too);
 * ``_tl_position`` (docs/architecture.md §2) as the ordering field, merged with
@@ -16,13 +17,12 @@ when it holds a character unsafe in a path). Every write is an upsert whose reco
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
+from tidelake import names
 from tidelake.config import LakeConfig
 
 #: Commit extra-metadata keys starting with this prefix are copied from the write options.
@@ -39,9 +39,6 @@ TABLE_VERSION = "9"
 #: Directory under the lake root holding tidelake's own files (cursor, commit log, logs).
 TIDELAKE_DIR = "_tidelake"
 
-# Characters kept as they are in a path segment; everything else is percent-encoded.
-_PATH_SAFE = "-_.$"
-
 
 @dataclass(frozen=True, slots=True)
 class TableLocation:
@@ -53,32 +50,37 @@ class TableLocation:
 
     @property
     def table_id(self) -> str:
-        return f"{self.database}.{self.table}"
-
-
-def _segment(name: str) -> str:
-    if not name or name in (".", ".."):
-        raise ValueError(f"not a usable table or database name: {name!r}")
-    return quote(name, safe=_PATH_SAFE)
+        return names.table_id(self.database, self.table)
 
 
 def split_table_id(table_id: str) -> tuple[str, str]:
-    """``"db.table"`` → ``("db", "table")``; the database name holds no dot by convention."""
-    database, sep, table = table_id.partition(".")
-    if not sep or not database or not table:
-        raise ValueError(f"not a 'database.table' name: {table_id!r}")
-    return database, table
+    """``"db.table"`` → ``("db", "table")``; either part may be backtick-quoted (names.py)."""
+    return names.split_table_id(table_id)
 
 
 def table_path(lake_root: str, database: str, table: str) -> str:
-    """``<lake_root>/<db>/<table>`` with unsafe characters percent-encoded."""
-    return f"{lake_root.rstrip('/')}/{_segment(database)}/{_segment(table)}"
+    """``<lake_root>/<db>/<table>``, each segment encoded by ``names.lake_segment``.
+
+    A table an earlier version wrote at its older path (a name starting with ``_`` or ``.``
+    was not encoded then) stays there on a local lake, so upgrading moves no table.
+    """
+    path = names.lake_path(lake_root, database, table)
+    legacy = names.legacy_lake_path(lake_root, database, table)
+    if (
+        legacy is not None
+        and legacy != path
+        and local_dir(path) is not None
+        and not is_hudi_table(path)
+        and is_hudi_table(legacy)
+    ):
+        return legacy
+    return path
 
 
 def hudi_table_name(database: str, table: str) -> str:
-    """A Hudi table name (also an Avro record name): letters, digits and ``_`` only."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", f"{database}_{table}")
-    return name if re.match(r"[A-Za-z_]", name) else f"t_{name}"
+    """The Hudi table name of a new table (``names.hudi_table_name``); an existing table keeps
+    the one in its ``hoodie.properties``."""
+    return names.hudi_table_name(database, table)
 
 
 def local_dir(root: str) -> Path | None:
@@ -173,6 +175,7 @@ def write_options(
     *,
     rewrite: bool = False,
     record_index: bool = True,
+    table_name: str | None = None,
 ) -> dict[str, str]:
     """The Hudi datasource options of one upsert into ``database.table``.
 
@@ -189,12 +192,15 @@ def write_options(
     index; else use the SIMPLE index without a metadata table, which is cheaper while the
     table is small (``TableStore.uses_record_index`` decides; docs/benchmarks.md). Never
     pass False for a table that has a metadata table: Hudi would delete it.
+
+    ``table_name``: the ``hoodie.table.name`` of an existing table (its ``hoodie.properties``):
+    Hudi refuses a write naming another, and tables made before names.py have older names.
     """
     if not pk:
         raise ValueError("a Hudi table needs a record key")
-    partition_by = lake.partition_by.get(f"{database}.{table}", [])
+    partition_by = lake.partition_by.get(names.table_id(database, table), [])
     opts = {
-        "hoodie.table.name": hudi_table_name(database, table),
+        "hoodie.table.name": table_name or hudi_table_name(database, table),
         "hoodie.datasource.write.table.type": lake.table_type,
         "hoodie.datasource.write.operation": "upsert",
         "hoodie.datasource.write.recordkey.field": ",".join(pk),

@@ -290,6 +290,7 @@ class TableStore:
             {CHECKPOINT_KEY: checkpoint.to_json()},
             rewrite=rewrite,
             record_index=self.uses_record_index(path),
+            table_name=self.stored_table_name(path),
         )
         write_began_ns = time.time_ns()
         try:
@@ -313,6 +314,14 @@ class TableStore:
         elif held is not None:
             held.update({n: t for n, t in written.items() if n not in held})
         return committed.instant
+
+    def stored_table_name(self, path: str) -> str | None:
+        """The ``hoodie.table.name`` of the table at ``path``, None for a table not created yet:
+        a table keeps the name it was created with (Hudi refuses a write naming another, and
+        tables made before ``names.hudi_table_name`` have names of the older rule)."""
+        if not self.exists(path):
+            return None
+        return hoodie_properties(self.spark, path).get("hoodie.table.name") or None
 
     def sync_commit(self, table_id: str, path: str, since_ns: int) -> int:
         """Fsync what a commit wrote into the local table at ``path``; the number of fsyncs.

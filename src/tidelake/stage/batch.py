@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 
 from tidelake.config import StageConfig
 from tidelake.events import ChangeEvent, Op
+from tidelake.names import table_id
 from tidelake.runtime.storage import Storage
 from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
 
@@ -169,7 +170,7 @@ class Batch(Generic[M]):
 
     def staged_rows(self) -> dict[str, int]:
         """Staged lines per ``database.table``."""
-        return {f"{db}.{t}": len(lines) for (db, t), lines in self._lines.items()}
+        return {table_id(db, t): len(lines) for (db, t), lines in self._lines.items()}
 
     def flush(
         self,

@@ -2,7 +2,7 @@
 
 Layout under the staging root::
 
-    batches/<batch_id>/<database>.<table>.jsonl   one file per table, written first
+    batches/<batch_id>/<database>.<table>.jsonl   one file per table, written first (names.py)
     manifests/<seq_last:020d>-<seq_first:020d>-<batch_id>.json   written last, atomically
     retired/<seq:020d>.json   what the retired batches counted (lake/retention.py)
 
@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from tidelake.errors import ManifestError
+from tidelake.names import stage_file_name, table_id
 from tidelake.runtime.storage import Storage
 
 MANIFEST_VERSION = 1
@@ -56,7 +57,7 @@ class TableFile:
 
     @property
     def table_id(self) -> str:
-        return f"{self.database}.{self.table}"
+        return table_id(self.database, self.table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,10 @@ class Manifest:
 
 
 def table_file_path(batch_id: str, database: str, table: str) -> str:
-    return f"{BATCH_DIR}/{batch_id}/{database}.{table}.jsonl"
+    """``batches/<batch_id>/<db>.<table>.jsonl``, the names encoded by ``names.stage_file_name``
+    (dots, slashes and the like percent-encoded): two tables never share a file, and no name
+    reaches outside its batch directory."""
+    return f"{BATCH_DIR}/{batch_id}/{stage_file_name(database, table)}"
 
 
 def write_manifest(storage: Storage, manifest: Manifest) -> None:

@@ -79,13 +79,13 @@ def test_table_layout_names_are_safe_and_reversible(tmp_path: Path) -> None:
     path = table_path(str(tmp_path), "my db", "order/s`x")
     expected_path = f"{tmp_path}/my%20db/order%2Fs%60x"
     assert expected_path == path
-    expected_name = "my_db_order_s_x"
+    expected_name = "my_20_db__order_2f_s_60_x"  # names.hudi_table_name: reversible
     assert expected_name == hudi_table_name("my db", "order/s`x")
-    expected_digit_name = "t_1db_t"
+    expected_digit_name = "_31_db__t"
     assert expected_digit_name == hudi_table_name("1db", "t")
     (Path(path) / ".hoodie").mkdir(parents=True)
     (Path(path) / ".hoodie" / "hoodie.properties").write_text("hoodie.table.name=x\n")
-    expected_ids = ["my db.order/s`x"]
+    expected_ids = ["my db.`order/s``x`"]  # a backtick is quoted (names.table_id)
     assert expected_ids == [t.table_id for t in discover_tables(None, str(tmp_path))]
     expected_split = ("db", "t.x")
     assert expected_split == split_table_id("db.t.x")
