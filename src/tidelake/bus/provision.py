@@ -10,14 +10,21 @@ loop, a "poison batch") would lose the message silently. Instead the stager enfo
 ``bus.consumer.max_deliver`` itself: a message delivered that many times is sent to the DLQ
 (reason ``max_deliver``) without being decoded, durably, before it is acked. A crash at any
 point leads to one more delivery, never to a loss.
+
+Leader elections. In a cluster, a stream whose leader died answers nothing until its peers
+elect another (nats-server 2.15 took ~6 s in tests/integration/bus/test_cluster.py): its API
+requests time out or find no responder. Provisioning waits through that
+(:data:`ELECTION_WAIT_S`) instead of failing the process that is starting.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 import structlog
+import tenacity
 from nats.js import JetStreamContext, api
 
 from tidelake.bus.connection import connect
@@ -30,6 +37,30 @@ log = structlog.get_logger(__name__)
 SERVER_MAX_DELIVER = -1
 #: Seconds; durations are compared with this tolerance (the server keeps nanoseconds).
 _DURATION_TOLERANCE_S = 1e-3
+#: Seconds provisioning keeps asking while JetStream does not answer (a leader election).
+ELECTION_WAIT_S = 60.0
+#: What an unanswered JetStream API request raises while no leader is elected.
+_NO_LEADER = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+def _through_elections(what: str) -> tenacity.AsyncRetrying:
+    """Retry ``what`` on an unanswered request only (a refused config is not retried)."""
+
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning("jetstream did not answer; retrying", what=what, error=type(exc).__name__)
+
+    return tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception_type(_NO_LEADER),
+        stop=tenacity.stop_after_delay(ELECTION_WAIT_S),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=2.0),
+        before_sleep=log_retry,
+        reraise=True,
+    )
 
 
 def cdc_stream_config(cfg: BusConfig) -> api.StreamConfig:
@@ -139,15 +170,29 @@ async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> api.Str
 async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> tuple[api.StreamInfo, ...]:
     """The CDC stream and the dead-letter stream, as configured."""
     try:
-        cdc = await ensure_stream(js, cdc_stream_config(cfg))
-        dlq = await ensure_stream(js, dlq_stream_config(cfg))
+        async for attempt in _through_elections("provision streams"):
+            with attempt:
+                cdc = await ensure_stream(js, cdc_stream_config(cfg))
+                dlq = await ensure_stream(js, dlq_stream_config(cfg))
     except nats.js.errors.Error as exc:
         raise BusError(f"cannot provision streams: {exc}") from exc
+    except nats.errors.Error as exc:
+        raise BusError(f"cannot provision streams: {type(exc).__name__}") from exc
     return cdc, dlq
 
 
 async def ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerInfo:
     """The stager's durable pull consumer on the CDC stream (explicit ack)."""
+    try:
+        async for attempt in _through_elections("provision the consumer"):
+            with attempt:
+                info = await _ensure_consumer(js, cfg)
+    except nats.errors.Error as exc:
+        raise BusError(f"cannot provision the consumer: {type(exc).__name__}") from exc
+    return info
+
+
+async def _ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerInfo:
     want = consumer_config(cfg)
     stream = cfg.stream.name
     assert want.durable_name is not None
@@ -171,6 +216,8 @@ async def ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerI
         info = await js.add_consumer(stream, want)  # 2.9+: same name = update
         log.info("consumer updated", durable=want.durable_name, fields=diff)
         return info
+    except _NO_LEADER:
+        raise  # retried by ensure_consumer
     except nats.js.errors.Error as exc:
         raise BusError(f"cannot provision consumer {want.durable_name}: {exc}") from exc
 
