@@ -66,6 +66,7 @@ def _dist(name: str) -> str | None:
 
 def versions(nats_cli: str | None = None) -> dict[str, str | None]:
     """Versions of everything a number depends on."""
+    from tidelake.bus.server import nats_server_binary
     from tidelake.lake.spark import HUDI_BUNDLE_JAR
 
     return {
@@ -77,6 +78,6 @@ def versions(nats_cli: str | None = None) -> dict[str, str | None]:
         "orjson": _dist("orjson"),
         "pyarrow": _dist("pyarrow"),
         "java": _first_line(["java", "-version"]),
-        "nats_server": _first_line(["nats-server", "--version"]),
+        "nats_server": _first_line([nats_server_binary(), "--version"]),
         "nats_cli": _first_line([nats_cli, "--version"]) if nats_cli else None,
     }

@@ -28,7 +28,7 @@ from tidelake_bench.ingest import (
 from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
 
-PARTS = ("stage", "ingest", "freshness")
+PARTS = ("stage", "ingest", "freshness", "nats_sync")
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -109,6 +109,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "stage": lambda: _stage(home, sizes, nats, n, result, log),
         "ingest": lambda: _ingest(home, sizes, opts.variants, n, result, log),
         "freshness": lambda: _freshness(home, sizes, n, result, log, console),
+        "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -152,6 +153,23 @@ def _stage(
         f"stager {_num(stage.stage_events_per_s)} events/s "
         f"({_num(stage.stage_events_per_cpu_s)} per CPU second), "
         f"nats bench {_num(stage.nats_bench_events_per_s)} events/s"
+    )
+
+
+def _nats_sync(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """JetStream publishing with the default fsync policy and with ``sync_interval: always``
+    (the embedded server's; ``nats_sync.py``)."""
+    from tidelake_bench.nats_sync import headline, run_nats_sync_bench
+
+    runs = run_nats_sync_bench(home / "nats_sync", max(1_000, sizes.stage_events // 4), log)
+    result.details["nats_sync"] = runs
+    n |= headline(runs)
+    log(
+        f"nats publish {_num(n['nats_publish_events_per_s_default'])} events/s default, "
+        f"{_num(n['nats_publish_events_per_s_sync_always'])} with sync always; PubAck p99 "
+        f"{n['nats_puback_p99_ms_default']} ms / {n['nats_puback_p99_ms_sync_always']} ms"
     )
 
 
