@@ -30,6 +30,7 @@ from tidelake.errors import IngestError, TableRefused
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.dead_letters import DeadLetters, Rejected
+from tidelake.lake.deletes import ALL_KEYS, DeleteLog, deleted_keys, judge_late
 from tidelake.lake.evolve import DdlBlocked, DdlOutcome, SchemaEvolver
 from tidelake.lake.rows import RowTyping, TableBatch, build_batch
 from tidelake.lake.rules import filter_events, rows_checkpoint
@@ -133,15 +134,29 @@ class TableApplier:
         self.typing = RowTyping(config)
         self.dead_letters = DeadLetters(config)
         self.evolver = SchemaEvolver(store)
+        self.deletes = DeleteLog(config.lake_state_dir)
 
     def apply(self, table_id: str, events: Sequence[ChangeEvent], seq_last: int) -> TableResult:
         """Apply one round's events of one table: one Hudi commit for its rows, and for a DDL
         (the last event of a round) the rows before it first, then the schema change."""
         result = TableResult(table_id)
-        filtered = filter_events(events, self.store.checkpoint(table_id))
+        since = self.deletes.since(table_id)
+        filtered = filter_events(events, self.store.checkpoint(table_id), late_since=since)
         result.duplicates, result.stale = filtered.duplicates, filtered.stale
+        kept = filtered.kept
+        if filtered.late:
+            late, stale = judge_late(filtered.late, self._key_of(table_id, events), since, {})
+            if late:  # only now read the log: late events are rare
+                deleted = self.deletes.latest(table_id)
+                late, stale = judge_late(
+                    filtered.late, self._key_of(table_id, events), since, deleted
+                )
+            result.stale += stale
+            order = {id(e): i for i, e in enumerate(events)}
+            kept = sorted([*kept, *late], key=lambda e: order[id(e)])
+            log.info("late events judged", table=table_id, applied=len(late), stale=stale)
         segment: list[ChangeEvent] = []
-        for event in filtered.kept:
+        for event in kept:
             if event.op is not Op.DDL:
                 segment.append(event)
                 continue
@@ -160,6 +175,14 @@ class TableApplier:
             self._apply_rows(result, segment, seq_last)
         return result
 
+    def _key_of(self, table_id: str, events: Sequence[ChangeEvent]) -> tuple[str, ...]:
+        """The table's primary-key columns: as the events name them, else as stored."""
+        named = next((e.pk for e in events if e.pk), ())
+        if named:
+            return tuple(named)
+        path = self.store.path(table_id)
+        return tuple(self.store.stored_primary_key(path) or ()) if self.store.exists(path) else ()
+
     def apply_database_ddl(self, db_id: str, events: Sequence[ChangeEvent]) -> TableResult:
         """``CREATE DATABASE``, ``DROP DATABASE`` …: applied table by table, each idempotent
         by its own checkpoint (there is no database checkpoint)."""
@@ -167,16 +190,27 @@ class TableApplier:
         for event in events:
             started = time.monotonic()
             for outcome in self.evolver.apply(db_id, event):
+                self._fence(outcome.table_id, event)
                 result.commits.append(ddl_record(outcome, event, None, outcome.action, started))
         return result
 
     def _apply_ddl(self, result: TableResult, event: ChangeEvent) -> None:
         started = time.monotonic()
         skip = self.store.ledger.skipped_ddl_seq(result.table) == event.seq
+        # Before the DDL's commits: no late row of these tables may cross it (deletes.py).
+        for table_id in {result.table, event.table_id}:
+            self._fence(table_id, event)
         for outcome in self.evolver.apply(result.table, event, skip=skip):
             action = "skipped" if skip else outcome.action
             result.commits.append(ddl_record(outcome, event, result.table, action, started))
         _crash_point("after_ddl_commit")
+
+    def _fence(self, table_id: str, event: ChangeEvent) -> None:
+        """Log a DDL of ``table_id`` as a delete of every key at its position."""
+        if table_id and not table_id.endswith("."):
+            checkpoint = self.store.checkpoint(table_id)
+            self.deletes.start(table_id, checkpoint.position if checkpoint else None)
+            self.deletes.record(table_id, [(ALL_KEYS, event.position.encode())])
 
     def _apply_rows(
         self, result: TableResult, row_events: Sequence[ChangeEvent], seq_last: int
@@ -247,6 +281,11 @@ class TableApplier:
         )
         if not batch.rows and not existed:
             return  # every event dead-lettered, and no table to carry the checkpoint
+        # The deletes this commit makes, logged durably before it (lake/deletes.py).
+        self.deletes.start(table_id, previous.position if previous else None)
+        rejected = {id(r.event) for r in batch.rejected}
+        landing = [e for e in row_events if id(e) not in rejected]
+        self.deletes.record(table_id, deleted_keys(landing, pk))
         schema = batch.schema if batch.rows else store.stored_schema(path)
         df = self.spark.createDataFrame(batch.rows, schema)
         built = time.monotonic()

@@ -33,11 +33,21 @@ class Filtered:
     duplicates: int = 0
     #: Row events below the position watermark (republished, or a stale DLQ replay).
     stale: int = 0
+    #: Row events below the watermark but above ``late_since``: judged key by key
+    #: (``lake/deletes.py``), in stream order.
+    late: list[ChangeEvent] = field(default_factory=list)
 
 
-def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | None) -> Filtered:
+def filter_events(
+    events: Iterable[ChangeEvent],
+    checkpoint: TableCheckpoint | None,
+    *,
+    late_since: str | None = None,
+) -> Filtered:
     """Drop what the table already holds (docs/architecture.md §3 rules 1 and 2), keep stream
-    order."""
+    order. With ``late_since`` (the position from which the table's delete log is complete,
+    ``lake/deletes.py``), a row event below the watermark but above it is not stale yet: it
+    goes to ``late``, for the delete log to decide (a dead letter replayed on purpose)."""
     out = Filtered()
     seen: set[tuple[int, str]] = set()
     seq_floor = checkpoint.seq if checkpoint else 0
@@ -54,7 +64,10 @@ def filter_events(events: Iterable[ChangeEvent], checkpoint: TableCheckpoint | N
         # key's image at that position, and nothing later of the table (or the watermark
         # would be higher).
         if event.op.is_row_change and mark is not None and event.position.encode() < mark:
-            out.stale += 1
+            if late_since is not None and event.position.encode() > late_since:
+                out.late.append(event)
+            else:
+                out.stale += 1
             continue
         out.kept.append(event)
     return out
