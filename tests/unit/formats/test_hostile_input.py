@@ -60,7 +60,7 @@ def _decode_or_error(payload: bytes, key: bytes | None = None) -> str:
     return "ok"
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_only_raise_decode_error(payload: bytes) -> None:
     """Random bytes decode or raise DecodeError."""
@@ -69,7 +69,7 @@ def test_arbitrary_bytes_only_raise_decode_error(payload: bytes) -> None:
     assert expected == actual
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON, st.one_of(st.none(), JSON))
 def test_arbitrary_json_only_raises_decode_error(message: Any, key: Any) -> None:
     """Random JSON values (and keys) decode or raise DecodeError."""
@@ -79,7 +79,7 @@ def test_arbitrary_json_only_raises_decode_error(message: Any, key: Any) -> None
     assert expected == actual
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(NAMES, KNOWN, max_size=12), st.one_of(st.none(), KNOWN))
 def test_objects_with_format_field_names_only_raise_decode_error(message: Any, key: Any) -> None:
     """Objects built from the fields the decoders read decode or raise DecodeError."""
@@ -89,7 +89,7 @@ def test_objects_with_format_field_names_only_raise_decode_error(message: Any, k
     assert expected == actual
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_golden_messages_only_raise_decode_error(data: st.DataObject) -> None:
     """Real messages with one field replaced by a random value decode or raise DecodeError."""

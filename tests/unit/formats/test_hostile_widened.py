@@ -83,7 +83,7 @@ def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
     return out
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_any_json_value_at_any_depth_of_a_real_message(data: st.DataObject) -> None:
     """Any field of any golden message (canal-json, envelope, flattened; nested fields such
@@ -116,7 +116,7 @@ HOSTILE_TOKENS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_hostile_json_text_in_any_value_of_a_real_message(data: st.DataObject) -> None:
     """One value of a golden message written as hostile JSON text (NaN, Infinity, 1e400, a
