@@ -48,9 +48,13 @@ def test_the_stored_record_key_keeps_its_order(tmp_path: Path) -> None:
 
 
 def test_discovery_finds_every_table_and_skips_the_state_directory(tmp_path: Path) -> None:
-    """Tables of every database, sorted by path; ``_tidelake`` is never a database."""
+    """Tables of every database, sorted by path; the state directory ``<lake>/_tidelake`` is
+    never a database, while a source database named ``_tidelake`` is (at ``%5Ftidelake``)."""
     _table(tmp_path, "shop", "orders")
     _table(tmp_path, "tmp db", "a")
-    _table(tmp_path, "_tidelake", "warmup")
-    expected = ["shop.orders", "tmp db.a"]
+    _table(tmp_path, "_tidelake", "t")
+    state = tmp_path / "_tidelake" / "warmup" / ".hoodie"
+    state.mkdir(parents=True)
+    (state / "hoodie.properties").write_text(PROPERTIES, encoding="latin-1")
+    expected = ["_tidelake.t", "shop.orders", "tmp db.a"]
     assert expected == [t.table_id for t in discover_tables(None, str(tmp_path))]
