@@ -11,6 +11,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from tidelake.api.records import DurabilityCheck
 from tidelake.bus.connection import connect
 from tidelake.bus.durability import durability_warnings, fetch_varz, sync_policy
 from tidelake.bus.server import EmbeddedNats, nats_server_binary
@@ -137,3 +138,18 @@ async def _publish_n(url: str, n: int) -> None:
             await js.publish("synced.x", str(i).encode())
     finally:
         await nc.close()
+
+
+def test_status_warns_about_a_server_that_does_not_fsync_per_write(tmp_path: Path) -> None:
+    """Issue 23 deliver 1: a server on JetStream's default policy, seen through its real
+    monitoring port (bus.monitor_url), gets the sync warning in status; the same server
+    with `sync_interval: always` gets none."""
+    warnings: dict[bool, list[str]] = {}
+    for always in (False, True):
+        with EmbeddedNats(tmp_path / f"nats-{always}", sync_always=always) as server:
+            bus = BusConfig(url=server.url, monitor_url=server.monitor_url)
+            warnings[always] = DurabilityCheck(bus).warnings()
+    assert [] == warnings[True]
+    assert 1 == len(warnings[False])
+    assert "not on every write" in warnings[False][0]
+    assert "sync_interval: always" in warnings[False][0]
