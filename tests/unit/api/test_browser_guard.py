@@ -10,6 +10,8 @@ would have changed: no table request in the ledger, no call reaching the bus.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,15 @@ def test_an_empty_token_is_refused_at_config_load() -> None:
     ):
         with pytest.raises(ConfigError, match="TIDELAKE_API__TOKEN is empty"):
             load_config(None, environ=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TIDELAKE_API__TOKEN": ""},
+    )
+    assert (2, True) == (proc.returncode, "TIDELAKE_API__TOKEN is empty" in proc.stderr)
 
 
 def test_a_malformed_host_pattern_is_a_config_error() -> None:
