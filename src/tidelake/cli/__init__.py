@@ -145,7 +145,11 @@ def chaos(
         int, typer.Option(help="the consumer's MaxDeliver during the run")
     ] = 1_000,
     source: Annotated[
-        str, typer.Option(help="workload (canal-json published here) or mariadb (+ capture)")
+        str,
+        typer.Option(
+            help="workload (canal-json published here), mariadb (+ tidelake capture) or "
+            "debezium (MariaDB + Debezium Server)"
+        ),
     ] = "workload",
     home: Annotated[Path, typer.Option(help="data directory (wiped first)")] = Path(
         ".tidelake/chaos"
@@ -155,8 +159,8 @@ def chaos(
     """Run the pipeline under a seeded fault schedule; verify the lake row by row."""
     from tidelake.pipeline.chaos import KINDS, ChaosOptions, run_chaos
 
-    if source not in ("workload", "mariadb"):
-        err_console.print("[bold red]--source takes workload or mariadb[/]")
+    if source not in ("workload", "mariadb", "debezium"):
+        err_console.print("[bold red]--source takes workload, mariadb or debezium[/]")
         raise typer.Exit(2)
     if stage_store not in ("local", "s3"):
         err_console.print("[bold red]--stage-store takes local or s3[/]")

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -65,6 +66,7 @@ from tidelake.config import Config
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.chaos_sources import (
     ChaosSource,
+    DebeziumSource,
     MariaDBSource,
     WorkloadSource,
     stream_position,
@@ -76,7 +78,7 @@ from tidelake.runtime.processes import ChildProcess, free_port
 
 log = structlog.get_logger(__name__)
 
-Source = Literal["workload", "mariadb"]
+Source = Literal["workload", "mariadb", "debezium"]
 StageStore = Literal["local", "s3"]
 
 KILL = "kill"
@@ -338,6 +340,43 @@ class MinioVictim:
 
     def ready(self) -> bool:
         return self.alive() and time.monotonic() - self._started_at > 1.0
+
+
+class DebeziumVictim:
+    """The Debezium Server JVM of a ``debezium`` source: restarted from its saved offsets."""
+
+    name = "debezium"
+    can_pause = True
+
+    def __init__(self, server: Any) -> None:  # pipeline.debezium_server.DebeziumServer
+        self.server = server
+        self._started_at = time.monotonic()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        pid = self.server.pid
+        if pid is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
+        self._started_at = time.monotonic()
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        return bool(self.server.running)
+
+    def ready(self) -> bool:
+        # A JVM and a binlog connection take seconds: a kill before that tests little.
+        return self.alive() and time.monotonic() - self._started_at > 8.0
 
 
 # --- the schedule -----------------------------------------------------------------------------
@@ -660,11 +699,13 @@ class _Environment:
     def env(self) -> dict[str, str]:
         return self.minio.credentials_env() if self.minio is not None else {}
 
-    def stop(self) -> None:
+    def stop(self, *, keep_images: bool = False) -> None:
+        """Stop MinIO, unmount the disks; ``keep_images`` leaves their images in the home
+        (``mount -o loop <home>/disks/lake.img <dir>`` shows what a failed run left)."""
         if self.minio is not None:
             with_suppressed(lambda: self.minio.stop() if self.minio else None)
         for disk in self.disks.values():
-            with_suppressed(disk.unmount)
+            with_suppressed(functools.partial(disk.unmount, keep_image=keep_images))
 
 
 def with_suppressed(fn: Callable[[], object]) -> None:
@@ -678,6 +719,8 @@ def with_suppressed(fn: Callable[[], object]) -> None:
 def _make_source(opts: ChaosOptions, home: Path) -> ChaosSource:
     if opts.source == "mariadb":
         return MariaDBSource(opts.events, opts.seed, opts.rate, home)
+    if opts.source == "debezium":
+        return DebeziumSource(opts.events, opts.seed, opts.rate, home)
     return WorkloadSource(opts.events, opts.seed, opts.rate)
 
 
@@ -722,9 +765,11 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
             extra_stager = stack.add_stager(f"stager-{n}")
             victim = ProcessVictim(extra_stager, can_pause=True)
             chaos.victims[victim.name] = victim
+        source.start(cfg, url)
+        if isinstance(source, DebeziumSource):
+            chaos.victims["debezium"] = DebeziumVictim(source.debezium)
         chaos.pairs = chaos._pairs()
         result.processes = chaos.processes
-        source.start(cfg, url)
         chaos_started = time.monotonic()
         chaos.run(source.finished)
         result.chaos_s = round(time.monotonic() - chaos_started, 1)
@@ -759,7 +804,7 @@ def run_chaos(opts: ChaosOptions) -> ChaosResult:
         if stack is not None:
             with_suppressed(lambda: stack.stop(timeout_s=30) if stack else None)
         with_suppressed(source.close)
-        env.stop()
+        env.stop(keep_images=not result.ok)
         if chaos is not None:
             result.faults = {k: chaos.faults[k] for k in opts.kinds}
             result.faults_by_target = dict(sorted(chaos.by_target.items()))

@@ -4,7 +4,9 @@
   canal-json (no producer process to kill);
 * :class:`MariaDBSource` — a private MariaDB changed by the order workload as SQL, turned
   into canal-json by ``tidelake capture`` (a child of the stack, and a victim like the
-  others); the lake is verified against the live tables.
+  others); the lake is verified against the live tables;
+* :class:`DebeziumSource` — the same MariaDB and workload captured by a real Debezium
+  Server (``pipeline/debezium_server.py``), whose JVM is a victim too.
 
 Each source says which config settings and environment it adds (:meth:`configure`,
 :meth:`env`), starts producing (:meth:`start`), says when everything it produced is on the
@@ -226,3 +228,78 @@ class MariaDBSource:
         if self._thread is not None:
             self._thread.join(30)
         self.server.stop()
+
+
+#: What Debezium's ChangeEventSourceCoordinator logs once the snapshot is done and the
+#: streaming source runs: the workload starts after it, so every change is streamed.
+DEBEZIUM_STREAMING = "Starting streaming"
+
+
+class DebeziumSource(MariaDBSource):
+    """The same private MariaDB and SQL workload, captured by a real Debezium Server
+    (MariaDbConnector, JSON with schemas, the ``nats-jetstream`` sink) instead of
+    ``tidelake capture``. The Debezium Server JVM is a victim (:meth:`victim`): killed,
+    paused, restarted from its saved offsets."""
+
+    def __init__(self, events: int, seed: int, rate: float, home: Path) -> None:
+        super().__init__(events, seed, rate, home)
+        self.workdir = home / "debezium"
+        self.debezium: Any = None  # pipeline.debezium_server.DebeziumServer once started
+
+    def configure(self) -> dict[str, Any]:
+        """Start the server, create the schema; Debezium's sink sends no key, so the primary
+        keys come from ``lake.tables`` (no ``capture``: Debezium is the producer)."""
+        from tidelake.workload.orders import PRIMARY_KEYS
+
+        super().configure()
+        tables = {f"{DATABASE}.{t}": {"primary_key": list(pk)} for t, pk in PRIMARY_KEYS.items()}
+        return {"lake": {"tables": tables}}
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def properties(self, url: str) -> dict[str, object]:
+        """Debezium Server: MariaDB binlog → tidelake's CDC stream (``cdc.dbz.shop.<table>``)."""
+        from tidelake.runtime.processes import free_port
+
+        return {
+            "debezium.sink.type": "nats-jetstream",
+            "debezium.sink.nats-jetstream.url": url,
+            # tidelake provisions its CDC stream (subjects cdc.>); the sink must not make one
+            "debezium.sink.nats-jetstream.create-stream": False,
+            "debezium.source.connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "debezium.source.offset.storage.file.filename": "data/offsets.dat",
+            # Every batch's offsets saved at once: a kill -9 replays as little as it can
+            # (what it does replay, the lake drops by position).
+            "debezium.source.offset.flush.interval.ms": 0,
+            "debezium.source.schema.history.internal": (
+                "io.debezium.storage.file.history.FileSchemaHistory"
+            ),
+            "debezium.source.schema.history.internal.file.filename": "data/schema_history.dat",
+            "debezium.source.database.hostname": self.server.host,
+            "debezium.source.database.port": self.server.port,
+            "debezium.source.database.user": self.server.user,
+            "debezium.source.database.password": self.server.password,
+            "debezium.source.database.server.id": 7301,
+            "debezium.source.topic.prefix": "cdc.dbz",
+            "debezium.source.database.include.list": DATABASE,
+            "debezium.source.include.schema.changes": False,
+            "debezium.format.value": "json",
+            "debezium.format.key": "json",
+            "debezium.format.value.schemas.enable": True,
+            "debezium.format.key.schemas.enable": True,
+            "quarkus.http.port": free_port(),
+            "quarkus.log.console.json": False,
+        }
+
+    def start(self, cfg: Config, url: str) -> None:
+        from tidelake.pipeline.debezium_server import DebeziumServer
+
+        self.debezium = DebeziumServer(self.workdir, self.properties(url)).start()
+        self.debezium.wait_for_log(DEBEZIUM_STREAMING, timeout_s=300)
+        super().start(cfg, url)
+
+    def close(self) -> None:
+        if self.debezium is not None:
+            self.debezium.stop(timeout_s=30)
+        super().close()

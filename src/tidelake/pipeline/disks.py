@@ -147,8 +147,9 @@ class LoopDisk:
         self.ballast.unlink(missing_ok=True)
         log.info("disk freed", mount=str(self.mount_point), free=self.free_bytes())
 
-    def unmount(self) -> None:
-        """Free, unmount (lazily when busy) and delete the image."""
+    def unmount(self, *, keep_image: bool = False) -> None:
+        """Free, unmount (lazily when busy) and delete the image (``keep_image``: leave it,
+        to mount and look into after a failed run)."""
         if self.is_mounted:
             with contextlib.suppress(OSError):
                 self.free()
@@ -157,4 +158,5 @@ class LoopDisk:
             )
             if res.returncode != 0:
                 subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
-        self.image.unlink(missing_ok=True)
+        if not keep_image:
+            self.image.unlink(missing_ok=True)
