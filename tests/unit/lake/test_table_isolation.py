@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -23,7 +24,7 @@ import pytest
 from tidelake.config import Config, load_config
 from tidelake.errors import IngestError, TableRefused
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.lake.apply import TableResult
+from tidelake.lake.apply import TableResult, implausible_time
 from tidelake.lake.ingest import MAX_TABLE_FAILURES, Ingestor, table_failure
 from tidelake.lake.ledger import Ledger
 from tidelake.lake.source import Round
@@ -182,3 +183,15 @@ def test_ingest_once_raises_a_failing_tables_error_after_the_others_committed(
     with pytest.raises(ValueError, match="boom"):
         ingestor.run_once()
     assert ["shop.good"] == tables.applied
+
+
+def test_an_event_whose_commit_time_no_timestamp_holds_is_refused_by_the_ingest() -> None:
+    """Probe: an ``es`` of 10^15 staged before the stager checked positions made the ingest's
+    commit raise ("year is out of range") every round; the ingest now dead-letters that
+    event alone (``implausible_time``) and commits the rest of its table."""
+    bad = replace(_event("shop.orders", 1), commit_ts_ms=10**15)
+    good = replace(_event("shop.orders", 2), commit_ts_ms=1_704_067_200_000)
+    reason = implausible_time(bad)
+    assert reason is not None
+    assert reason.startswith("implausible_position: shop.orders commit time 1000000000000000 ms")
+    assert None is implausible_time(good)
