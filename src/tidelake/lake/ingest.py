@@ -13,15 +13,15 @@ A loop over *rounds* (HoodieStreamer's seams: source → round → rules → tab
 
 Failure policy: one table's failure never stalls the others. Whatever a table's share of a
 round raises (any exception, not only ours) is caught per table and decided by
-:func:`table_failure` (``tidelake.errors.classify`` plus the resource faults a JVM error
-carries as text, :data:`RESOURCE_FAULTS`):
+``lake/failures.py`` (``tidelake.errors.classify`` plus the resource faults a JVM error
+carries as text):
 
 * refused or terminal (a DDL that cannot be applied, a record-key conflict Hudi refuses by
   its class): the table is **paused** with the cause (``paused.json``) until an operator
   resumes it;
 * transient (disk full, the object store or the bus down or throttling): the table is
   **held back and retried** after a back-off (``tidelake.retry.backoff_s``, doubling up to
-  :data:`MAX_TABLE_RETRY_WAIT_S`), for as long as it takes: when the cause is gone it
+  ``MAX_TABLE_RETRY_WAIT_S``), for as long as it takes: when the cause is gone it
   resumes by itself, no manual step;
 * unknown (a JVM error nobody classified, a bug): retried the same way, and paused after
   ``MAX_TABLE_FAILURES`` failures in a row (``… (failed 3 times in a row)``).
@@ -57,10 +57,16 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidelake.config import Config
-from tidelake.errors import Decision, TableRefused, TidelakeError, classify, is_terminal
+from tidelake.errors import TidelakeError, is_terminal
 from tidelake.events import ChangeEvent, Op
 from tidelake.lake.apply import TableApplier, TableResult
 from tidelake.lake.control import TableControl
+from tidelake.lake.failures import (
+    MAX_TABLE_RETRY_WAIT_S,
+    TableRetry,
+    heartbeat_in_place,
+    table_failure,
+)
 from tidelake.lake.jvm_errors import shorten
 from tidelake.lake.ledger import CommitRecord, Ledger, SkippedRecord
 from tidelake.lake.retention import StagedRetention
@@ -77,55 +83,6 @@ log = structlog.get_logger(__name__)
 
 #: Consecutive failed rounds of one table, for an unknown cause, before it is paused.
 MAX_TABLE_FAILURES = 3
-#: Longest wait before a failing table is tried again (the back-off doubles up to it).
-MAX_TABLE_RETRY_WAIT_S = 60.0
-
-#: Resource faults a JVM error reports only in its text (py4j wraps the Java IOException, so
-#: no Python class says "disk full"): each is transient, gone once space or the store is
-#: back. Lower-case; matched against the whole cause chain (``lake/jvm_errors.py``).
-RESOURCE_FAULTS = (
-    "no space left on device",
-    "disk quota exceeded",
-    "enospc",
-    "connection refused",
-    "connect timed out",
-    "read timed out",
-    "sockettimeoutexception",
-    "unknownhostexception",
-    "slowdown",
-    "service unavailable",
-    "503",
-    "too many open files",
-)
-
-
-def table_failure(exc: BaseException) -> Decision:
-    """How a table's failed share of a round is handled (module docstring): ``terminal``
-    pauses it, ``transient`` retries it after a back-off for as long as it takes,
-    ``unknown`` retries it ``MAX_TABLE_FAILURES`` times."""
-    if isinstance(exc, TableRefused):
-        return "terminal"
-    decided = classify(exc)
-    if decided == "terminal":
-        return "terminal"
-    text = str(exc).lower()
-    cause = exc.__cause__
-    while cause is not None and len(text) < 20_000:
-        text += " " + str(cause).lower()
-        cause = cause.__cause__
-    if decided == "transient" or any(fault in text for fault in RESOURCE_FAULTS):
-        return "transient"
-    return "unknown"
-
-
-@dataclass
-class TableRetry:
-    """A table held back after a failure: why, how often in a row, and when to try again."""
-
-    error: BaseException
-    cause: str
-    failures: int
-    retry_at: float
 
 
 @dataclass
@@ -326,6 +283,9 @@ class Ingestor:
             latest = max(self.retrying.values(), key=lambda r: r.retry_at)
             fields.setdefault("last_error", shorten(latest.cause, 1000))
         self.ledger.write_heartbeat(state, cursor=self.cursor, paused=sorted(self.paused), **fields)
+        if self.retrying or self.paused:
+            fields = {"cursor": self.cursor, "paused": sorted(self.paused), **fields}
+            heartbeat_in_place(self.ledger, state, fields)
 
     def _commit_tables(
         self,

@@ -19,15 +19,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import orjson
 import pytest
 
 from tidelake.config import Config, load_config
 from tidelake.errors import IngestError, TableRefused
 from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.apply import TableResult, implausible_time
-from tidelake.lake.ingest import MAX_TABLE_FAILURES, Ingestor, table_failure
-from tidelake.lake.ledger import Ledger
+from tidelake.lake.failures import heartbeat_in_place, table_failure
+from tidelake.lake.ingest import MAX_TABLE_FAILURES, Ingestor
+from tidelake.lake.ledger import INGEST_STAGE, Ledger
 from tidelake.lake.source import Round
+from tidelake.runtime.heartbeat import heartbeat_name
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest
 
@@ -195,3 +198,20 @@ def test_an_event_whose_commit_time_no_timestamp_holds_is_refused_by_the_ingest(
     assert reason is not None
     assert reason.startswith("implausible_position: shop.orders commit time 1000000000000000 ms")
     assert None is implausible_time(good)
+
+
+def test_the_heartbeat_says_why_tables_wait_even_when_it_cannot_be_replaced(
+    tmp_path: Path,
+) -> None:
+    """Probe: with the lake's disk full, tables waited with ``errors: []``: the heartbeat,
+    replaced through a new file, could not be written. When the ledger's write did not go
+    through (the file on disk is older), the record is written over the old file's bytes."""
+    ledger = Ledger(tmp_path)
+    ledger.write_heartbeat("applying", cursor=1, paused=[])
+    path = ledger.path(heartbeat_name(INGEST_STAGE))
+    stale = orjson.loads(path.read_bytes()) | {"updated_at_ms": 1}
+    path.write_bytes(orjson.dumps(stale))  # as if the last replace failed
+    heartbeat_in_place(ledger, "retrying", {"retrying": {"shop.orders": "No space left on device"}})
+    written = ledger.heartbeat() or {}
+    expected = ("retrying", {"shop.orders": "No space left on device"})
+    assert expected == (written["state"], written["retrying"])
