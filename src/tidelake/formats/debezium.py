@@ -414,7 +414,20 @@ def _binlog_number(file: str) -> int:
     suffix = file.rpartition(".")[2]
     if not suffix.isdecimal() or not suffix.isascii():
         raise DecodeError(f"{_W}binlog file name without a number: {file!r:.80}")
-    return int(suffix)
+    return _decimal_component(suffix, "binlog file number")
+
+
+#: Digits of the largest position component (``_common.make_position`` bounds it below
+#: 10**20): a longer number is out of range, and int() of thousands of digits raises
+#: ValueError (Python's int_max_str_digits), which must be a DecodeError like any bad field.
+_MAX_POSITION_DIGITS = 20
+
+
+def _decimal_component(digits: str, what: str) -> int:
+    """ASCII decimal ``digits`` as a position component, or a DecodeError when too long."""
+    if len(digits.lstrip("0")) > _MAX_POSITION_DIGITS:
+        raise DecodeError(f"{_W}{what} out of range for a position: {digits:.40}…")
+    return int(digits)
 
 
 def _pg_sequence(text: str) -> tuple[int, int]:
@@ -430,7 +443,7 @@ def _pg_sequence(text: str) -> tuple[int, int]:
         if part is None:
             out.append(0)
         elif isinstance(part, str) and part.isdecimal() and part.isascii():
-            out.append(int(part))
+            out.append(_decimal_component(part, "source.sequence LSN"))
         elif is_int(part) and part >= 0:
             out.append(part)
         else:

@@ -38,6 +38,8 @@ EDGE_SCALARS = (
     | st.sampled_from([1.7976931348623157e308, -1.7976931348623157e308, 5e-324, -0.0])
     | st.text(max_size=30)
     | st.sampled_from(["", "\x00", "../../x", "a.b", "NaN", "Infinity", "1e400", "x" * 5000])
+    # Digits past Python's int_max_str_digits (4,300): int() of them raises ValueError.
+    | st.sampled_from(["9" * 5000, "a.9" + "9" * 5000, '["1", "' + "9" * 5000 + '"]'])
 )
 ANY_JSON = st.recursive(
     EDGE_SCALARS,
@@ -187,6 +189,21 @@ RAW_CASES: dict[str, tuple[bytes, str]] = {
     "es of 1e400": (_canal_with(ES, b'"es":1e400'), "dead-letter"),
     "binlog pos of 2^64": (
         orjson.dumps(ENVELOPE).replace(b'"pos":4000', b'"pos":18446744073709551616'),
+        "dead-letter",
+    ),
+    "binlog file number of 5,000 digits": (
+        orjson.dumps({**ENVELOPE, "source": {**ENVELOPE["source"], "file": "b." + "9" * 5000}}),  # type: ignore[dict-item]
+        "dead-letter",
+    ),
+    "PostgreSQL LSN of 5,000 digits": (
+        orjson.dumps(
+            {
+                **ENVELOPE,
+                "source": {"connector": "postgresql", "db": "shop", "schema": "public",
+                           "table": "t", "sequence": orjson.dumps(["1", "9" * 5000]).decode(),
+                           "lsn": 5, "ts_ms": 1, "snapshot": "false"},
+            }
+        ),
         "dead-letter",
     ),
     "binlog pos negative": (
