@@ -21,6 +21,11 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+# The verification modules are imported here, when the run starts, not lazily at its end:
+# a run lasts long, and a lazy import then could mix module versions of a working tree
+# that changed meanwhile (seen: a verify failing on a helper its newer module expected).
+import tidelake.verify.lake
+import tidelake.verify.source
 from tidelake.bus.connection import connect
 from tidelake.config import Config
 from tidelake.pipeline.demo import publish_workload, verify_workload
@@ -205,11 +210,11 @@ class MariaDBSource:
         return self.rows_changed
 
     def verify(self, cfg: Config) -> dict[str, dict[str, Any]]:
-        from tidelake.verify.source import verify_table
-
         out: dict[str, dict[str, Any]] = {}
         for table in SCHEMAS:
-            c = verify_table(self.dsn, cfg.lake_root, f"{DATABASE}.{table}", self.server.password)
+            c = tidelake.verify.source.verify_table(
+                self.dsn, cfg.lake_root, f"{DATABASE}.{table}", self.server.password
+            )
             if c.error:
                 raise RuntimeError(f"verify {c.table}: {c.error}")
             out[c.table] = _counts(
