@@ -36,6 +36,8 @@ REGISTRY_VERSION = 1
 #: Reason prefixes of refusals by the table rules (names use ``names.REASON``).
 DENIED = "table_denied"
 LIMIT = "table_limit"
+#: Name shapes remembered as acceptable before the memory starts over.
+_MAX_SHAPES = 10_000
 
 
 def _matches(patterns: Sequence[str], text: str) -> bool:
@@ -51,6 +53,9 @@ class TableAdmission:
         self._admitted: set[tuple[str, str]] = set()
         self._per_database: dict[str, int] = {}
         self._loaded = False
+        #: Name shapes already found acceptable (source, database, table, op, column names):
+        #: the rules run once per shape, not once per event (the stager's hot path).
+        self._accepted: set[tuple[object, ...]] = set()
 
     # -- the registry
 
@@ -150,9 +155,27 @@ class TableAdmission:
         message admits nothing. Database-level DDL (no table) is not counted.
         """
         for event in events:
+            shape = (
+                event.source,
+                event.database,
+                event.table,
+                event.op,
+                event.pk,
+                tuple(event.key or ()),
+                tuple(event.before or ()),
+                tuple(event.after or ()),
+                tuple(event.column_types),
+            )
+            if shape in self._accepted:
+                continue
             problem = self.name_refusal(event)
             if problem is not None:
                 return problem
+            if len(self._accepted) >= _MAX_SHAPES:
+                self._accepted.clear()
+            self._accepted.add(shape)
+        if all((e.database, e.table) in self._admitted or not e.table for e in events):
+            return None
         return self.tables_refusal([(e.database, e.table) for e in events if e.table])
 
 
