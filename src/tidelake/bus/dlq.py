@@ -3,6 +3,13 @@
 A message that cannot be staged is republished, payload untouched, to
 ``<dlq.subject_prefix>.<original subject>`` with these headers, by :func:`publish` (the
 stager's and the ingest's one way to send a dead letter).
+
+A replay (``tidelake dlq replay``) republishes the payload to its original subject: it gets
+a new stream sequence and keeps its old position. The ingest applies it key by key
+(``lake/deletes.py``): it lands unless its key, or its whole table (a DDL), was deleted at a
+later position, and Hudi's event-time ordering keeps a newer stored row; so a replay never
+moves a row back and never resurrects a delete. A dead letter older than the table's delete
+log (a table written before the log existed) is still skipped as stale and counted.
 """
 
 from __future__ import annotations

@@ -160,9 +160,11 @@ class Ingestor:
         its failure count starts again and the cursor moves back to its checkpoint, so its
         events held back meanwhile are read again. False when it was not paused."""
         with self._pause_lock:
-            if table_id not in self.paused and table_id not in self.ledger.paused():
+            held = table_id in self.paused or table_id in self.retrying
+            if not held and table_id not in self.ledger.paused():
                 return False
             self.paused.pop(table_id, None)
+            self.retrying.pop(table_id, None)  # an operator's resume retries it now
             self.failures.pop(table_id, None)
             self.cursor = min(self.cursor, self.checkpoint_seq(table_id) or 0)
             self._write_paused()

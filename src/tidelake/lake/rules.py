@@ -2,7 +2,10 @@
 
 Given a table's :class:`TableCheckpoint` and the events of a round, these decide
 
-* what is a duplicate or a stale copy (:func:`filter_events`, rules 1 and 2);
+* what is a duplicate or a stale copy (:func:`filter_events`, rules 1 and 2), and which
+  events below the watermark are *late* rather than stale: above the position from which
+  the table's delete log is complete, they are judged key by key (``lake/deletes.py``), so
+  a dead letter replayed on purpose lands unless its key was deleted later (rule 3);
 * what each key ends as (:func:`collapse`, rule 4: the last change by position);
 * the checkpoint the next commit carries (:func:`rows_checkpoint` for rows, up to
   :func:`rows_seq_last`; :func:`ddl_checkpoint` for a DDL) and its position watermark

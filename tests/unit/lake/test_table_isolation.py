@@ -215,3 +215,12 @@ def test_the_heartbeat_says_why_tables_wait_even_when_it_cannot_be_replaced(
     written = ledger.heartbeat() or {}
     expected = ("retrying", {"shop.orders": "No space left on device"})
     assert expected == (written["state"], written["retrying"])
+
+
+def test_an_operators_resume_retries_a_waiting_table_at_once(tmp_path: Path) -> None:
+    """A table waiting for its retry time resumes at once when an operator asks."""
+    ingestor, _, _ = _ingestor(tmp_path, OSError(errno.ENOSPC, "No space left on device"))
+    ingestor.step()
+    assert ["shop.bad"] == sorted(ingestor.retrying)
+    assert ingestor.resume("shop.bad")
+    assert ({}, {}) == (ingestor.retrying, ingestor.paused)
