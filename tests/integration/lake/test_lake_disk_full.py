@@ -4,8 +4,9 @@ resumes by itself, no manual step (issue 23, deliver 4; ``lake/ingest.py`` failu
 Probe: after the lake's disk filled and was freed, tables stayed paused in memory with
 ``errors: []``. Here the lake root (Hudi tables and the ingest's state) is a real 64 MiB
 tmpfs filled by a ballast file while a continuous ingest (real Spark and Hudi) has rows to
-write; the table must wait with its cause ("No space left on device"), never be paused, and
-land everything once the ballast is removed.
+write; the table must wait with its cause ("No space left on device") shown in the
+heartbeat ``status`` reads (written in place on the full disk), never be paused, and land
+everything once the ballast is removed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from lakekit import Lake, event
+
+from tidelake.lake.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +85,7 @@ def test_a_full_lake_disk_holds_the_table_with_its_cause_then_it_resumes_alone(
     ingestor = lake.ingestor()
     stop = threading.Event()
     causes: set[str] = set()
+    heartbeat_causes: set[str] = set()  # what status and serve show, read from the full disk
     worker = threading.Thread(target=ingestor.run_continuous, args=(0.2, stop), daemon=True)
     worker.start()
     try:
@@ -90,7 +94,10 @@ def test_a_full_lake_disk_holds_the_table_with_its_cause_then_it_resumes_alone(
             retry = ingestor.retrying.get("shop.orders")
             if retry is not None:
                 causes.add(retry.cause)
-            return retry is not None and retry.failures >= 2
+            shown = (Ledger(lake.config.lake_state_dir).heartbeat() or {}).get("retrying") or {}
+            if "shop.orders" in shown:
+                heartbeat_causes.add(str(shown["shop.orders"]))
+            return retry is not None and retry.failures >= 2 and bool(heartbeat_causes)
 
         _wait(waiting_with_cause, 300, "the table to wait for space with its cause")
         assert {} == ingestor.paused
@@ -104,5 +111,6 @@ def test_a_full_lake_disk_holds_the_table_with_its_cause_then_it_resumes_alone(
         stop.set()
         worker.join(120)
     assert any("no space left on device" in c.lower() for c in causes), causes
+    assert any("no space left on device" in c.lower() for c in heartbeat_causes), heartbeat_causes
     expected = ({str(i): ("new",) for i in range(1, 11)}, {}, {})
     assert expected == (lake.state(), ingestor.paused, ingestor.retrying)
