@@ -409,7 +409,7 @@ class Stager:
 
     async def _admit(self, batch: Batch[Msg], msg: Msg) -> None:
         """Decode ``msg`` into the batch, or dead-letter it (a durable DLQ copy first)."""
-        reason = await self._convicted(msg)
+        reason = await self._convicted(msg, batch)
         attempt = 0
         while reason is None:
             try:
@@ -428,7 +428,7 @@ class Stager:
         if reason is not None:  # the rare path
             await self._dead_letter(batch, msg, reason)
 
-    async def _convicted(self, msg: Msg) -> str | None:
+    async def _convicted(self, msg: Msg, batch: Batch[Msg]) -> str | None:
         """``max_deliver`` when ``msg`` is a suspect that stagers with working storage died
         holding :data:`SUSPECT_TRIES` times; else None, after recording this try durably
         (module docstring). A storage failure on the way is waited out, never a verdict."""
@@ -450,7 +450,8 @@ class Stager:
                 if not is_retryable(exc) or self.stopping:
                     raise
                 attempt += 1
-                await self._pause_for(exc, attempt, f"suspect record of message {seq}", [msg])
+                keep = [msg, *batch.messages, *batch.extra_acks, *self._held.values()]
+                await self._pause_for(exc, attempt, f"suspect record of message {seq}", keep)
                 continue
             self._ok()
             self._suspects.add(seq)
