@@ -48,12 +48,13 @@ ALL_KEYS = "*"
 
 
 def key_text(image: dict[str, object] | None, pk: Sequence[str]) -> str | None:
-    """The primary key of ``image`` as canonical text (values as text, so ``1`` and ``"1"``
-    are one key); None when a key column is missing."""
+    """The primary key of ``image`` as canonical text: values as text (``1`` and ``"1"`` are
+    one key), in the sorted order of the key's columns (the events and the lake may list a
+    composite key in different orders); None when a key column is missing."""
     if not pk or image is None:
         return None
     values = []
-    for column in pk:
+    for column in sorted(pk):
         value = image.get(column)
         if value is None:
             return None
