@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from tidelake.bus.server import EmbeddedNats
+from tidelake.bus.server import EmbeddedNats, nats_server_binary
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.pipeline.debezium_server import (
     DebeziumServer,
@@ -48,7 +48,7 @@ def _versions() -> str:
             f"- Java: {first_line([str(java_binary()), '-version'])}",
             f"- PostgreSQL: {first_line([str(pg), '--version'])}",
             f"- MariaDB: {first_line(['/usr/sbin/mariadbd', '--version'])}",
-            f"- {first_line(['nats-server', '--version'])}",
+            f"- {first_line([str(nats_server_binary()), '--version'])}",
         ]
     )
 

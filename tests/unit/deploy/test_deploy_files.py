@@ -178,3 +178,20 @@ def test_compose_stack_is_consistent() -> None:
     cfg = load_config(compose_dir / "tidelake.yaml", environ=secrets)
     assert cfg.api.token is not None
     assert cfg.bus.url == "nats://nats:4222"
+
+
+def test_compose_nats_server_fsyncs_every_write() -> None:
+    """The compose stack's nats-server config is one the current server accepts, and it asks
+    for a fsync before every acknowledgement (issue 23: the default loses acked writes)."""
+    from tidelake.bus.server import nats_server_binary
+
+    conf = DEPLOY / "compose" / "nats.conf"
+    compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+    nats = compose["services"]["nats"]
+    assert ["-c", "/etc/nats/nats.conf"] == nats["command"]
+    assert "./nats.conf:/etc/nats/nats.conf:ro" in nats["volumes"]
+    checked = subprocess.run(
+        [nats_server_binary(), "-c", str(conf), "-t"], capture_output=True, text=True, check=False
+    )
+    assert 0 == checked.returncode, checked.stdout + checked.stderr
+    assert re.search(r"^\s*sync_interval:\s*always\s*$", conf.read_text(), re.M)
