@@ -25,7 +25,7 @@ import structlog
 from tidelake.config import TablesConfig
 from tidelake.errors import StorageError
 from tidelake.events import ChangeEvent
-from tidelake.names import REASON, columns_problem, name_problem, table_id
+from tidelake.names import REASON, columns_problem, lake_segment, name_problem, table_id
 from tidelake.runtime.storage import Storage
 
 log = structlog.get_logger(__name__)
@@ -98,6 +98,12 @@ class TableAdmission:
             problem = name_problem(event.table, kind="table", source=event.source)
             if problem is not None:
                 return problem
+        for kind, name in (("database", event.database), ("table", event.table)):
+            try:
+                if name:
+                    lake_segment(name)
+            except ValueError as exc:  # a legal name no path can hold (64 four-byte letters)
+                return f"{REASON}: {kind} name {name[:80]!r}: {exc}"
         if not event.op.is_row_change:
             return None
         columns: dict[str, None] = dict.fromkeys(event.pk)

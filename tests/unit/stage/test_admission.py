@@ -4,6 +4,7 @@ deliver 4 and 5)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tidelake.config import TablesConfig
@@ -31,7 +32,8 @@ def _reason(admission: TableAdmission, event: ChangeEvent) -> str | None:
 
 
 def test_hostile_names_are_refused_with_their_reason(tmp_path: Path) -> None:
-    """NUL, a 256-byte name, a reserved or case-colliding column: each refused with its rule
+    """NUL, a 256-byte name, a reserved or case-colliding column, a name of 64 emoji (legal
+    for an unknown producer, 256 bytes: no path segment holds it): each refused with its rule
     on the first delivery, nothing raised (the probe crash-looped until max_deliver)."""
     admission = TableAdmission(TablesConfig(), LocalStorage(tmp_path))
     probes = {
@@ -40,6 +42,7 @@ def test_hostile_names_are_refused_with_their_reason(tmp_path: Path) -> None:
         "reserved": _row("shop", "orders", id="1", _tl_op="x"),
         "key_reserved": _row("shop", "orders", _tl_op="1"),
         "case": _row("shop", "orders", id="1", Id="2"),
+        "pathless": replace(_row("shop", "\U0001f600" * 64), source="canal"),
     }
     expected = {
         "nul": "holds a NUL character",
@@ -47,6 +50,7 @@ def test_hostile_names_are_refused_with_their_reason(tmp_path: Path) -> None:
         "reserved": "'_tl_op' uses a prefix reserved",
         "key_reserved": "'_tl_op' uses a prefix reserved",
         "case": "differ only in case",
+        "pathless": "name too long for a path segment",
     }
     actual = {}
     for name, event in probes.items():
