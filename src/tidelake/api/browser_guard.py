@@ -9,7 +9,9 @@ request (the checks are the contract; :class:`BrowserGuard` applies them):
   ``127.0.0.1``, ``[::1]`` or an ``api.allowed_hosts`` entry — a DNS-rebinding page sends its
   own name and gets 400 (Starlette's :class:`TrustedHostMiddleware` does the matching).
   ``GET /api/health`` is exempt: it says only that the server is up (version, whether a token
-  is set), and Kubernetes probes it by the pod's address;
+  is set), and Kubernetes probes it by the pod's address. With a token set the check is off:
+  a browser never attaches the bearer token on its own, so a rebinding page reads nothing,
+  while Prometheus and probes reach a pod by its address, a name no config can list;
 * a request that can change state (any method but GET, HEAD, OPTIONS) must come from this
   server's own origin when a browser sent it: ``Sec-Fetch-Site`` other than ``same-origin``,
   or an ``Origin`` (``null`` included) other than ``<scheme>://<Host>``, gets 403. Clients
@@ -39,7 +41,10 @@ DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
 
 
 def allowed_hosts(api: ApiConfig) -> list[str]:
-    """The ``Host`` names (no port) the API answers, in TrustedHostMiddleware's patterns."""
+    """The ``Host`` names (no port) the API answers, in TrustedHostMiddleware's patterns:
+    any (``*``) when a bearer token guards every route (see the module's docstring)."""
+    if api.token is not None:
+        return ["*"]
     hosts = list(LOOPBACK_NAMES)
     bind = api.host.strip().lower()
     if bind not in WILDCARD_BINDS:
