@@ -22,6 +22,7 @@ import orjson
 
 from tidelake.capture.dsn import SourceDsn, parse_dsn
 from tidelake.capture.mysql_values import _float32_text, render, snapshot_select
+from tidelake.names import split_table_id
 from tidelake.verify.compare import MAX_SAMPLES, canonical
 
 _FLOAT32 = frozenset({"float", "real", "float4"})
@@ -603,7 +604,7 @@ def verify_table(
     result = Verification(table_id)
     try:
         dsn = source if isinstance(source, SourceDsn) else parse_dsn(source, password)
-        database, table = table_id.split(".", 1)
+        database, table = split_table_id(table_id)
         reader = _mysql_rows if dsn.kind == "mysql" else _pg_rows
         meta, source_rows = reader(dsn, database, table)
         if not meta.pk:
