@@ -22,6 +22,8 @@ from tidelake.runtime.processes import ChildProcess, tidelake_argv
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
+    # The harness's own limit (below) plus its stop grace fit inside this.
+    pytest.mark.timeout(1080),
     pytest.mark.skipif(os.geteuid() != 0, reason="disk-full faults mount loop devices (root)"),
 ]
 
@@ -40,7 +42,7 @@ def _chaos(tmp_path: Path, *args: str) -> dict[str, Any]:
         stop_timeout_s=120,
     ).start()
     try:
-        status = harness.wait(900)
+        status = harness.wait(900)  # a short run takes 3 to 5 minutes
     finally:
         harness.stop()
     # stdout and stderr share the log: the result is the last JSON line.
