@@ -177,6 +177,12 @@ def errors_of(snap: Snapshot) -> list[dict[str, Any]]:
         out.append({"source": "ingest", "message": f"unreadable state: {snap.lake_error}"})
     for table, reason in snap.lake.paused.items():
         out.append({"source": "ingest", "table": table, "message": f"paused: {reason}"})
+    # A table held back by a transient cause (disk full, object store down) is not paused:
+    # it retries on its own, and its cause is shown until it lands (lake/failures.py).
+    retrying = (snap.ingest or {}).get("retrying") or {}
+    if isinstance(retrying, dict):
+        for table, cause in sorted(retrying.items()):
+            out.append({"source": "ingest", "table": table, "message": f"retrying: {cause}"})
     for name, record in (
         ("ingest", snap.ingest),
         ("stager", snap.stager),

@@ -339,8 +339,9 @@ def dlq_replay(
 ) -> None:
     """Republish dead letters to their original subject, then delete them from the DLQ.
 
-    The ingest skips (and counts) a replayed event older than its table's position
-    watermark: docs/guarantees.md."""
+    The ingest applies a replayed event even below its table's watermark unless its key (or
+    the whole table, by a DDL) was deleted at a later position — then it is skipped as stale
+    and counted; Hudi's ordering by position keeps a newer stored row (docs/guarantees.md)."""
     cfg = _load(config)
     done = _each_dlq(cfg, seqs or [], all_, "replaying", lambda bus, s: bus.dlq_replay(s))
     if json:

@@ -119,3 +119,24 @@ def test_a_capture_that_stopped_beating_takes_the_pipeline_down(tmp_path: Path) 
     assert "the capture is down" in status["problems"]
     assert {"source": "capture", "message": "gone"} in status["errors"]
     assert 'tidelake_process_up{stage="capture"} 0.0' in render(snap).decode()
+
+
+def test_a_table_waiting_on_a_transient_cause_is_listed_among_the_errors(tmp_path: Path) -> None:
+    """Probe "after the lake's disk fills and is freed, tables stay paused in memory with
+    errors: []": a table the ingest holds back for a retry (lake/failures.py) is listed in
+    the status errors with its cause, one entry per table, though it is not paused."""
+    snap = _snapshot(tmp_path, [_commit("a.t", 9, NOW - 1000)], {"a.t": 9})
+    cause = "OSError: [Errno 28] No space left on device"
+    snap.ingest = {
+        "state": "retrying",
+        "updated_at_ms": NOW,
+        "retrying": {"a.t": cause, "b.u": cause},
+        "last_error": cause,
+    }
+    errors = status_json(snap)["errors"]
+    expected = [
+        {"source": "ingest", "table": "a.t", "message": f"retrying: {cause}"},
+        {"source": "ingest", "table": "b.u", "message": f"retrying: {cause}"},
+        {"source": "ingest", "message": cause},
+    ]
+    assert expected == [e for e in errors if e["source"] == "ingest"]
