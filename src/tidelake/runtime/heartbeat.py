@@ -164,8 +164,11 @@ class Heartbeat:
         info: InfoFn | None = None,
         *,
         interval_s: float = INTERVAL_S,
+        fallback: PutFn | None = None,
     ) -> None:
         self.stage = stage
+        # Tried when ``put`` fails (a full disk): the cause of a stall must still reach status.
+        self._fallback = fallback
         self.interval_s = interval_s
         self._put = put
         self._info = info
@@ -183,10 +186,16 @@ class Heartbeat:
         record = heartbeat_record(
             self.stage, state, started_at_ms=self._started_at_ms, interval_s=self.interval_s, **info
         )
+        key, data = f"{HEARTBEAT_DIR}/{heartbeat_name(self.stage)}", orjson.dumps(record)
         try:
-            self._put(f"{HEARTBEAT_DIR}/{heartbeat_name(self.stage)}", orjson.dumps(record))
+            self._put(key, data)
         except Exception as exc:
             log.warning("cannot store the heartbeat", stage=self.stage, error=repr(exc))
+            if self._fallback is not None:
+                try:
+                    self._fallback(key, data)
+                except Exception as again:
+                    log.warning("nor overwrite it", stage=self.stage, error=repr(again))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -68,6 +68,18 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc}") from exc
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write ``data`` over an existing file's bytes, in place and not fsynced: for hints
+        (a heartbeat) when :meth:`put` fails because the disk is full — a new file needs a free
+        block, while a record smaller than the block the old file holds fits in it."""
+        target = self._abs(path)
+        try:
+            with target.open("r+b") as f:
+                f.write(data)
+                f.truncate(len(data))
+        except OSError as exc:
+            raise StorageError(f"cannot overwrite {target}: {exc}") from exc
+
     def get(self, path: str) -> bytes:
         try:
             return self._abs(path).read_bytes()

@@ -79,7 +79,7 @@ from tidelake.errors import BusError, DecodeError, is_retryable
 from tidelake.formats import Decoded
 from tidelake.formats.positions import check_positions
 from tidelake.retry import backoff_s
-from tidelake.runtime.storage import Storage, open_storage
+from tidelake.runtime.storage import LocalStorage, Storage, open_storage
 from tidelake.stage.admission import TableAdmission
 from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
 from tidelake.stage.manifest import Manifest
@@ -708,7 +708,10 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
         storage = open_storage(cfg.stage_root, cfg.storage.s3)
         stager = Stager(nc, cfg.bus, cfg.stage, storage)
         stager.install_signal_handlers()
-        with Heartbeat(storage.put, "stager", lambda: scalar_fields(stager.stats)):
+        fallback = storage.overwrite if isinstance(storage, LocalStorage) else None
+        with Heartbeat(
+            storage.put, "stager", lambda: scalar_fields(stager.stats), fallback=fallback
+        ):
             return await stager.run(once=once)
     finally:
         await nc.close()

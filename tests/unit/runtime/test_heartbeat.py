@@ -18,6 +18,7 @@ from tidelake.runtime.heartbeat import (
     read_heartbeat,
     write_heartbeat,
 )
+from tidelake.runtime.storage import LocalStorage, StorageError
 
 
 def test_write_then_read_a_heartbeat(tmp_path: Path) -> None:
@@ -82,3 +83,19 @@ def test_a_newer_or_malformed_record_reads_as_no_heartbeat() -> None:
         parse_heartbeat(orjson.dumps(newer)),
         parse_heartbeat(orjson.dumps({"stage": "stager", "state": "running"})),
     )
+
+
+def test_a_full_disk_heartbeat_is_written_over_the_old_one(tmp_path: Path) -> None:
+    """A stager stalled on a full stage root still tells status why: when the atomic put fails
+    (a new file needs a free block), the record is written over the old file's bytes."""
+    storage = LocalStorage(tmp_path)
+
+    def full(path: str, data: bytes) -> None:
+        raise StorageError(f"cannot write {path}: [Errno 28] No space left on device")
+
+    Heartbeat(storage.put, "stager", lambda: {"last_error": "old"}).beat()
+    Heartbeat(
+        full, "stager", lambda: {"last_error": "disk full"}, fallback=storage.overwrite
+    ).beat()
+    record = orjson.loads(storage.get("_tidelake/stager.heartbeat.json"))
+    assert ("stager", "disk full") == (record["stage"], record["last_error"])
