@@ -58,19 +58,21 @@ variables are configuration overrides.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.msg import Msg
+from nats.js import api
 
 from tidelake.bus import dlq
 from tidelake.bus.pull import PullFetcher
@@ -90,6 +92,8 @@ if TYPE_CHECKING:
     from nats.js import JetStreamContext
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 #: ``decode(payload, *, seq=...)``: the wire-format entry point (``tidelake.formats.decode``).
 DecodeFn = Callable[..., Decoded]
@@ -114,6 +118,13 @@ MAX_STALL_WAIT_S = 30.0
 #: one unrelated kill of the process while it holds the message does not convict it.
 SUSPECT_TRIES = 2
 
+#: Longest pause between two attempts to reach the bus (NATS down, paused or partitioned).
+MAX_BUS_WAIT_S = 10.0
+#: Longest pause in fetching after giving held messages back to another stager (see
+#: ``Stager._give_back``): it bounds how long a standby stager takes to notice that the
+#: stager it yielded to has stopped.
+MAX_YIELD_PAUSE_S = 10.0
+
 
 @dataclass
 class StagerStats:
@@ -130,7 +141,11 @@ class StagerStats:
     last_seq: int = 0
     #: Failed attempts to write to staging storage (each retried, none acked).
     storage_failures: int = 0
-    #: The storage error being retried now, for the heartbeat (empty once it succeeds).
+    #: Failed requests to the bus (NATS unreachable), each retried; none acks anything.
+    bus_failures: int = 0
+    #: Messages handed back (nak) to the stream for another stager to stage in order.
+    given_back: int = 0
+    #: The storage or bus error being retried now, for the heartbeat (empty once it succeeds).
     last_error: str = ""
 
     def add_batch(self, batch: Batch[Msg], manifest: Manifest) -> None:
@@ -184,6 +199,13 @@ class Stager:
         self._suspects: set[int] = set()
         #: Messages ahead of a gap in stream order (see _in_order), by sequence.
         self._held: dict[int, Msg] = {}
+        #: Yielding the stream to another stager (see _give_back): asked for by a gap check;
+        #: fetching paused until this monotonic time (0: not paused); give-backs in a row.
+        self._yield_wanted = False
+        self._yield_until = 0.0
+        self._yield_streak = 0
+        #: Failed bus requests in a row (their back-off), while the bus is unreachable.
+        self._bus_attempt = 0
         self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
         if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
             raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
@@ -226,6 +248,12 @@ class Stager:
                 if self._stalled.is_set():
                     await self._wait_out_stall(batch)  # no fetching while storage fails
                     continue
+                if self._yield_wanted:
+                    batch = await self._feed(batch, await self._give_back(puller, batch))
+                    continue
+                if self._yield_until:
+                    batch = await self._sit_out(puller, batch, once=once)
+                    continue
                 # Held-back messages count against the room; but while a gap is open keep
                 # pulling, or its redelivery could never arrive (max_ack_pending bounds it).
                 want = min(self.stage.fetch_batch, batch.room() - len(self._held))
@@ -236,10 +264,7 @@ class Stager:
                 else:
                     timeout = ONCE_FETCH_S if once else IDLE_FETCH_S
                 msgs = await self._in_order(await puller.fetch(want, timeout), batch)
-                for msg in msgs:
-                    await self._admit(batch, msg)
-                    if batch.closed or batch.is_due():
-                        batch = await self._cut(batch)
+                batch = await self._feed(batch, msgs)
                 if batch.is_due() or (batch and (not msgs or self.stopping) and once):
                     batch = await self._cut(batch)
                 if once and not msgs and not batch and not self._held:
@@ -279,6 +304,15 @@ class Stager:
     # decodes the next one. One such task at a time: the next cut first waits for it, so
     # manifests are written in stream order, and each task acks only after its manifest.
 
+    async def _feed(self, batch: Batch[Msg], msgs: list[Msg]) -> Batch[Msg]:
+        """Admit ``msgs`` (in stream order) to the open batch, cutting it whenever it is full,
+        due or closed by a DDL; the batch open afterwards."""
+        for msg in msgs:
+            await self._admit(batch, msg)
+            if batch.closed or batch.is_due():
+                batch = await self._cut(batch)
+        return batch
+
     async def _cut(self, batch: Batch[Msg]) -> Batch[Msg]:
         """Start writing ``batch`` (after the previous one is written and acked); return a
         new, empty batch."""
@@ -305,10 +339,10 @@ class Stager:
     # empty (no such message in the stream: expired, deleted, or outside our filter).
 
     async def _init_floor(self) -> None:
-        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
+        info = await self._on_bus("read the consumer's state", self._consumer_info)
         #: Highest sequence such that every message at or below it is in a durable
         #: manifest (or not ours); and the next sequence a batch may take.
-        self._flushed_floor = int(info.ack_floor.stream_seq or 0)
+        self._flushed_floor = _ack_floor(info)
         self._next_seq = self._flushed_floor + 1
         self._held = {}
         self._gap_checked_at = 0.0
@@ -316,6 +350,17 @@ class Stager:
 
     async def _in_order(self, msgs: list[Msg], batch: Batch[Msg]) -> list[Msg]:
         """The messages that may join batches now, in stream order."""
+        ready = await self._sort(msgs, batch)
+        if self._held:
+            await self._mind_gap()
+            ready.extend(self._take_ready())
+        elif msgs:
+            self._yield_streak = 0  # we take the stream in order: no other stager in our way
+        return ready
+
+    async def _sort(self, msgs: list[Msg], batch: Batch[Msg]) -> list[Msg]:
+        """Place each of ``msgs``: next in order (returned, with held messages it lets
+        through), ahead of a gap (held), or already ours (acked with the batch holding it)."""
         ready = []
         for msg in msgs:
             seq = delivery_info(msg)[0]
@@ -325,7 +370,7 @@ class Stager:
             elif seq >= self._next_seq:
                 self._held[seq] = msg  # a redelivery replaces the older copy
             elif seq <= self._flushed_floor:
-                await msg.ack()  # already in a durable manifest: its first ack was lost
+                await _ack_quietly(msg)  # already in a durable manifest: its first ack was lost
             elif batch:
                 # In the open batch, or in the one being written: acked with the open
                 # one, whose manifest comes after that one's.
@@ -334,9 +379,6 @@ class Stager:
                 # The open batch is empty, so it is in the one being written: acked with it.
                 self._late_acks.append(msg)
         ready.extend(self._take_ready())
-        if self._held:
-            await self._mind_gap()
-            ready.extend(self._take_ready())
         return ready
 
     def _take_ready(self) -> list[Msg]:
@@ -358,6 +400,20 @@ class Stager:
         if now - self._gap_checked_at < min(1.0, ack_wait / 4):
             return
         self._gap_checked_at = now
+        try:
+            await self._check_gap()
+        except Exception as exc:
+            # The bus is unreachable (nats-server down, paused, partitioned): the gap stays
+            # open and is checked again after a back-off; nothing is acked meanwhile.
+            if not is_retryable(exc) or self.stopping:
+                raise
+            wait_s = self._bus_failed(exc, "check a gap in stream order")
+            self._gap_checked_at = time.monotonic() + wait_s - min(1.0, ack_wait / 4)
+            return
+        self._bus_ok()
+
+    async def _check_gap(self) -> None:
+        """One look at the gap before the held messages (see :meth:`_mind_gap`)."""
         subject = self.bus.consumer.filter_subject or ">"
         try:
             raw = await self.js.get_msg(
@@ -372,14 +428,23 @@ class Stager:
             )
             self._next_seq = first_there
             return
-        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
-        acked = int(info.ack_floor.stream_seq or 0)
+        info = await self._consumer_info()
+        acked = _ack_floor(info)
         if acked >= self._next_seq:
-            # Another stager (one that stalled past AckWait) staged and acked them.
+            # Another stager (one that stalled past AckWait, or a second live one) staged
+            # and acked them.
             for seq in [s for s in self._held if s <= acked]:
-                await self._held.pop(seq).ack()
+                await _ack_quietly(self._held.pop(seq))
             self._flushed_floor = max(self._flushed_floor, acked)
             self._next_seq = acked + 1
+            run_end = self._next_seq
+            while run_end in self._held:
+                run_end += 1
+            if self._held and max(self._held) > run_end:
+                # Past the run we can take now, still a gap: that live stager holds
+                # messages before ours while it waits for ours. Taking turns stages one
+                # run per gap check; hand the rest over.
+                self._yield_wanted = True
             return
         if not info.num_pending and int(info.num_ack_pending or 0) <= len(self._held):
             # Every message awaiting an ack is one we hold, and none is undelivered: the gap
@@ -404,8 +469,117 @@ class Stager:
 
     async def _drained(self) -> bool:
         """Nothing pending and nothing awaiting an ack (ours are flushed)."""
-        info = await self.js.consumer_info(self.bus.stream.name, self.bus.consumer.durable)
+        info = await self._on_bus("read the consumer's state", self._consumer_info)
         return not info.num_pending and not info.num_ack_pending
+
+    # -- two stagers on one consumer --------------------------------------------------------
+    #
+    # A second stager on the same durable consumer (failover) gets every other lot, and
+    # after a redelivery the lots interleave finely: each stager then holds messages ahead
+    # of a gap the other holds, and they take turns, one run of messages per gap check
+    # (chaos runs: about one message a second). The stager that sees the other one fill its
+    # gap while a further gap remains hands its held messages back (nak: redelivered at
+    # once to whoever pulls, without waiting for AckWait) together with what its open pull
+    # request brought, then pauses fetching for a back-off with jitter that grows while it
+    # keeps yielding: one stager takes the stream, the other stands by, pulling now and
+    # then, and takes over once the first stops acking. The stream-order rule is untouched
+    # (held messages are only given back, never staged out of order). A message given back
+    # was never admitted, so no suspect record counts it (:meth:`_convicted` runs at
+    # admission): its higher delivery count can make it a suspect, never convict it.
+
+    async def _give_back(self, puller: PullFetcher, batch: Batch[Msg]) -> list[Msg]:
+        """Hand the held messages back to the stream and pause fetching; the messages that
+        may join the batch instead, when the pull request's last lot filled the gap."""
+        self._yield_wanted = False
+        await puller.stop()  # its last messages are ours until AckWait: placed below
+        ready = await self._sort(puller.take_buffered(), batch)
+        if ready or not self._held:
+            await puller.start()  # the gap is filled after all: go on in order
+            return ready
+        given = list(self._held.values())
+        self._held = {}
+        for msg in given:
+            try:
+                await msg.nak()
+            except Exception as exc:  # not delivered: it comes back after AckWait instead
+                log.debug("nak not sent", error=repr(exc)[:200])
+        self._yield_streak += 1
+        pause_s = backoff_s(self._yield_streak, first_wait_s=0.5, max_wait_s=MAX_YIELD_PAUSE_S)
+        self._yield_until = time.monotonic() + pause_s
+        self.stats.given_back += len(given)
+        log.info(
+            "another stager holds a gap before our messages: handed them back",
+            messages=len(given),
+            missing=self._next_seq,
+            pause_s=round(pause_s, 2),
+            streak=self._yield_streak,
+        )
+        return []
+
+    async def _sit_out(self, puller: PullFetcher, batch: Batch[Msg], *, once: bool) -> Batch[Msg]:
+        """One step of a fetching pause after :meth:`_give_back`: the open batch is still cut
+        when due; once the pause is over, the pull fetcher starts again."""
+        left = self._yield_until - time.monotonic()
+        if left > 0:
+            nap = min(left, IDLE_FETCH_S)
+            if batch:
+                nap = min(nap, max(MIN_FETCH_S, batch.time_left_s()))
+            await asyncio.sleep(nap)
+            if batch.is_due() or (batch and once):
+                batch = await self._cut(batch)
+            return batch
+        self._yield_until = 0.0
+        await puller.start()
+        return batch
+
+    # -- the bus unreachable ----------------------------------------------------------------
+    #
+    # nats-py reconnects forever (bus/connection.py) and buffers what is published while it
+    # does (acks, in-progress, pull requests), so only requests that wait for an answer fail
+    # during an outage: they are retried with back-off (tidelake.retry.backoff_s), classified
+    # by tidelake.errors; nothing is acked or dead-lettered because of the outage.
+
+    async def _consumer_info(self) -> api.ConsumerInfo:
+        info: api.ConsumerInfo = await self.js.consumer_info(
+            self.bus.stream.name, self.bus.consumer.durable
+        )
+        return info
+
+    async def _on_bus(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, retried with back-off while the bus is unreachable (until stopped)."""
+        while True:
+            try:
+                result = await call()
+            except Exception as exc:
+                if not is_retryable(exc) or self.stopping:
+                    raise
+                wait_s = self._bus_failed(exc, what)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), wait_s)
+                continue
+            self._bus_ok()
+            return result
+
+    def _bus_failed(self, exc: BaseException, what: str) -> float:
+        """Count and show a failed bus request; the back-off before the next attempt."""
+        self._bus_attempt += 1
+        self.stats.bus_failures += 1
+        self.stats.last_error = f"bus: {what}: {type(exc).__name__}: {exc}"[:1000]
+        wait_s = backoff_s(self._bus_attempt, first_wait_s=0.5, max_wait_s=MAX_BUS_WAIT_S)
+        log.warning(
+            "bus unreachable; retrying",
+            what=what,
+            attempt=self._bus_attempt,
+            wait_s=round(wait_s, 2),
+            error=repr(exc)[:500],
+        )
+        return wait_s
+
+    def _bus_ok(self) -> None:
+        if self._bus_attempt:
+            log.info("bus reachable again", failed_attempts=self._bus_attempt)
+            self._bus_attempt = 0
+            self.stats.last_error = ""
 
     async def _admit(self, batch: Batch[Msg], msg: Msg) -> None:
         """Decode ``msg`` into the batch, or dead-letter it (a durable DLQ copy first)."""
@@ -465,15 +639,21 @@ class Stager:
         return int(text) if text.isdecimal() else SUSPECT_TRIES  # unreadable: assume the worst
 
     async def _pause_for(
-        self, exc: BaseException, attempt: int, what: str, keep: list[Msg]
+        self, exc: BaseException, attempt: int, what: str, keep: list[Msg], *, on_bus: bool = False
     ) -> None:
-        """Wait the back-off after failed ``attempt`` to write ``what`` to staging storage,
-        keeping the AckWait of the messages in ``keep`` alive meanwhile."""
-        self.stats.storage_failures += 1
-        self.stats.last_error = f"staging storage: {what}: {exc}"[:1000]
-        wait_s = backoff_s(attempt, first_wait_s=0.5, max_wait_s=MAX_STALL_WAIT_S)
+        """Wait the back-off after failed ``attempt`` to write ``what`` to staging storage
+        (or, ``on_bus``, to the bus), keeping the AckWait of the messages in ``keep`` alive
+        meanwhile."""
+        if on_bus:
+            self.stats.bus_failures += 1
+        else:
+            self.stats.storage_failures += 1
+        where = "bus" if on_bus else "staging storage"
+        self.stats.last_error = f"{where}: {what}: {exc}"[:1000]
+        longest = MAX_BUS_WAIT_S if on_bus else MAX_STALL_WAIT_S
+        wait_s = backoff_s(attempt, first_wait_s=0.5, max_wait_s=longest)
         log.warning(
-            "staging storage failed; holding the messages and retrying",
+            f"{where} failed; holding the messages and retrying",
             what=what,
             attempt=attempt,
             wait_s=round(wait_s, 2),
@@ -487,6 +667,10 @@ class Stager:
             if left <= 0 or self.stopping:
                 return
             await asyncio.sleep(min(tick, left))
+
+    def _bus_ok_after(self, attempts: int) -> None:
+        log.info("bus reachable again", failed_attempts=attempts)
+        self.stats.last_error = ""
 
     def _ok(self) -> None:
         """Staging storage works again: nothing to show any more."""
@@ -552,16 +736,29 @@ class Stager:
             await asyncio.to_thread(self.storage.put, path, payload)
             headers[dlq.HEADER_PAYLOAD_STORED] = self.storage.uri(path)
             payload = b""
-        try:
-            await dlq.publish(self.js, subject, payload, headers, stream=self.bus.dlq.name)
-        except Exception as exc:
-            # Out of attempts, or refused (400/404: the same copy is refused again): the
-            # batch is not staged, its messages are redelivered later.
-            if is_retryable(exc):
-                raise BusError(f"cannot publish message {seq} to the DLQ: {exc!r}") from exc
-            if isinstance(exc, nats.js.errors.APIError):
-                raise BusError(f"DLQ stream refused message {seq}: {exc}") from exc
-            raise
+        attempt = 0
+        while True:
+            try:
+                await dlq.publish(self.js, subject, payload, headers, stream=self.bus.dlq.name)
+                break
+            except Exception as exc:
+                if is_retryable(exc) and not self.stopping:
+                    # The bus is unreachable: wait it out holding the message, its batch
+                    # and the held ones (a copy stored twice is one: Nats-Msg-Id).
+                    attempt += 1
+                    keep = [msg, *batch.messages, *batch.extra_acks, *self._held.values()]
+                    what = f"DLQ copy of message {seq}"
+                    await self._pause_for(exc, attempt, what, keep, on_bus=True)
+                    continue
+                # Refused (400/404: the same copy is refused again), or stopping: the batch
+                # is not staged, its messages are redelivered later.
+                if is_retryable(exc):
+                    raise BusError(f"cannot publish message {seq} to the DLQ: {exc!r}") from exc
+                if isinstance(exc, nats.js.errors.APIError):
+                    raise BusError(f"DLQ stream refused message {seq}: {exc}") from exc
+                raise
+        if attempt:
+            self._bus_ok_after(attempt)
         batch.add_dead_lettered(msg, seq, len(msg.data), reason)
         self.stats.dead_lettered_by_reason[reason_bucket(reason)] += 1
         log.warning("dead-lettered", seq=seq, subject=msg.subject, reason=reason[:200])
@@ -574,12 +771,13 @@ class Stager:
         self._flushed_floor = max(self._flushed_floor, manifest.seq_last)
         late, self._late_acks = self._late_acks, []
         for msg in (*batch.messages, *batch.extra_acks, *late):
-            await msg.ack()
+            await _ack_quietly(msg)
         await self._forget_suspects(manifest)
         try:
             await self.nc.flush(timeout=10)
-        except (nats.errors.TimeoutError, TimeoutError) as exc:
-            # Not fatal: an ack that never arrived means one more delivery, staged again.
+        except (nats.errors.Error, TimeoutError) as exc:
+            # Not fatal (the bus may be down): an ack that never arrived means one more
+            # delivery, acked unstaged as at or below our flushed floor, or staged again.
             log.warning("acks not confirmed by a flush", error=repr(exc))
         self.stats.add_batch(batch, manifest)
         log.info(
@@ -678,6 +876,20 @@ def suspect_path(seq: int) -> str:
     return f"_tidelake/suspects/{seq:020d}"
 
 
+def _ack_floor(info: api.ConsumerInfo) -> int:
+    """The consumer's ack floor: every message at or below this sequence is acked."""
+    return int(info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
+
+
+async def _ack_quietly(msg: Msg) -> None:
+    """Ack ``msg``; an ack the client cannot send (its buffer full while it reconnects) only
+    means one more delivery, so it is logged, not raised."""
+    try:
+        await msg.ack()
+    except nats.errors.Error as exc:
+        log.warning("ack not sent", error=repr(exc)[:200])
+
+
 async def _keep_alive(msgs: list[Msg]) -> None:
     """Extend the AckWait of ``msgs`` (``+WPI``); a lost one only means a redelivery."""
     for msg in msgs:
@@ -700,11 +912,34 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
     target = url or cfg.bus.url
     if not target:
         raise BusError("`tidelake stage` needs bus.url (TIDELAKE_BUS__URL); it starts no server")
-    nc = await connect(cfg.bus, target)
+    attempt = 0
+    while True:
+        # A stager started while the bus is down (or restarted by its supervisor during an
+        # outage) waits for it instead of exiting: connect and provision are retried with
+        # back-off while the failure is the bus being unreachable. A BusError of ours with
+        # no cause is a refusal (a consumer configured differently): not waited out.
+        try:
+            nc = await connect(cfg.bus, target)
+        except Exception as exc:
+            if not _bus_unreachable(exc):
+                raise
+            attempt += 1
+            await _wait_for_bus(exc, attempt, "connect")
+            continue
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js, cfg.bus)
+            await ensure_consumer(js, cfg.bus)
+            break
+        except Exception as exc:
+            await nc.close()
+            if not _bus_unreachable(exc):
+                raise
+            attempt += 1
+            await _wait_for_bus(exc, attempt, "provision streams and consumer")
+    if attempt:
+        log.info("bus reachable", failed_attempts=attempt)
     try:
-        js = nc.jetstream()
-        await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
         storage = open_storage(cfg.stage_root, cfg.storage.s3)
         stager = Stager(nc, cfg.bus, cfg.stage, storage)
         stager.install_signal_handlers()
@@ -715,3 +950,22 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
             return await stager.run(once=once)
     finally:
         await nc.close()
+
+
+def _bus_unreachable(exc: BaseException) -> bool:
+    """A start-up failure worth waiting out: transient, and not one of our own refusals."""
+    if isinstance(exc, BusError) and exc.__cause__ is None:
+        return False
+    return is_retryable(exc)
+
+
+async def _wait_for_bus(exc: BaseException, attempt: int, what: str) -> None:
+    wait_s = backoff_s(attempt, first_wait_s=0.5, max_wait_s=MAX_BUS_WAIT_S)
+    log.warning(
+        "bus unreachable at start-up; retrying",
+        what=what,
+        attempt=attempt,
+        wait_s=round(wait_s, 2),
+        error=repr(exc)[:500],
+    )
+    await asyncio.sleep(wait_s)
