@@ -53,7 +53,7 @@ from tidelake.lake.hudi import (
 from tidelake.lake.jvm_errors import describe_error
 from tidelake.lake.ledger import Ledger
 from tidelake.lake.schema import source_fields
-from tidelake.runtime.durable import fsync_paths
+from tidelake.runtime.durable import fsync_dir, fsync_paths
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -386,6 +386,9 @@ class TableStore:
         fs, hpath = _hadoop_path(self.spark, self.path(table_id))
         if fs.exists(hpath):
             fs.delete(hpath, True)
+            local = local_dir(self.path(table_id))
+            if local is not None:  # the removal durable, so an OS crash cannot bring it back
+                fsync_dir(local.parent)
         tombstone = self.tombstone(table_id)
         self._checkpoints[table_id] = (
             CommittedCheckpoint(tombstone, "dropped", None) if tombstone else None

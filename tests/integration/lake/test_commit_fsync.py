@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lakekit import Lake, event, lake_env
+from lakekit import Lake, ddl_event, event, lake_env
 from pyspark.sql import SparkSession
 
 from support.lossyfs import LossyMount, fuse_available
@@ -72,6 +72,20 @@ def test_every_file_and_directory_of_a_new_table_is_fsynced_by_its_commits(
     print(f"sync_commit per commit: {[(round(s * 1000, 1), n) for s, n in timings]} (ms, fsyncs)")
     assert ([], True) == (unsynced, str(table.parent) in synced)
     assert 2 == len(timings)
+
+
+def test_a_dropped_tables_removal_is_fsynced_in_its_parent(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DROP TABLE removes the table's directory and fsyncs its parent, so an OS crash right
+    after cannot bring the dropped table's files back beside its durable tombstone."""
+    lake.stage([event("insert", 1, 10, 1)])
+    lake.ingest()
+    table = Path(lake.path())
+    synced = _record_fsyncs(monkeypatch)
+    lake.stage([ddl_event("shop.orders", "DROP TABLE `shop`.`orders`", "ERASE", 20, 2)])
+    lake.ingest()
+    assert (False, True) == (table.exists(), str(table.parent) in synced)
 
 
 @pytest.mark.parametrize("synced", [True, False], ids=["sync_commit", "without-sync_commit"])
