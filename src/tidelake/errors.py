@@ -79,6 +79,11 @@ class BusError(TidelakeError, Transient):
     """NATS / JetStream is unreachable or answered with an error."""
 
 
+class BusRefused(TidelakeError, Terminal):  # noqa: N818 -- named for what the caller sees
+    """NATS refused the credentials or the permissions: waiting does not change that. Raised
+    as the cause of a :class:`BusError`, which it makes terminal."""
+
+
 class StorageError(TidelakeError, Transient):
     """Staging storage failed to read or write."""
 

@@ -366,3 +366,17 @@ def test_cancellation_is_not_retried_even_with_retry_unknown() -> None:
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(body())
     assert [1] == calls
+
+
+def test_a_bus_refusal_is_terminal_though_bus_errors_are_transient() -> None:
+    """Wrong credentials or a refused TLS identity must not be waited out like an outage:
+    a BusError raised from BusRefused is terminal (the stager then exits 1, naming it)."""
+    from tidelake.errors import BusRefused
+
+    def refused() -> BusError:
+        try:
+            raise BusError("NATS refused the connection") from BusRefused("Authorization Violation")
+        except BusError as exc:
+            return exc
+
+    assert ("terminal", "transient") == (classify(refused()), classify(BusError("down")))

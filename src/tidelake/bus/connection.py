@@ -18,7 +18,7 @@ import structlog
 from nats.aio.client import Client
 
 from tidelake.config import BusConfig, TlsConfig
-from tidelake.errors import BusError
+from tidelake.errors import BusError, BusRefused
 
 log = structlog.get_logger(__name__)
 
@@ -94,6 +94,16 @@ async def _log_error(exc: Exception) -> None:
     log.warning("nats connection error", error=type(exc).__name__, detail=str(exc))
 
 
+def _is_refusal(exc: BaseException) -> bool:
+    """The server refused who we are (credentials, TLS identity), not an outage."""
+    if isinstance(exc, nats.errors.AuthorizationError | ssl.SSLError):
+        return True
+    text = str(exc).lower()
+    return any(
+        word in text for word in ("authorization violation", "authentication", "certificate")
+    )
+
+
 async def _log_reconnected() -> None:
     log.info("nats reconnected")
 
@@ -113,6 +123,15 @@ async def connect(cfg: BusConfig, url: str | None = None, *, reconnect: bool = T
     opts["allow_reconnect"] = reconnect
     nc = Client()
 
+    # nats-py reports an authorization violation only to the error callback and then raises
+    # NoServersError, which reads like an outage; kept here, it makes the failure terminal.
+    refusals: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        if _is_refusal(exc):
+            refusals.append(str(exc))
+        await _log_error(exc)
+
     async def log_disconnected() -> None:
         if not nc.is_closed:  # closing on purpose also fires this callback
             log.warning("nats disconnected; reconnecting", url=redact_url(target))
@@ -121,7 +140,7 @@ async def connect(cfg: BusConfig, url: str | None = None, *, reconnect: bool = T
         await asyncio.wait_for(
             nc.connect(
                 **opts,
-                error_cb=_log_error,
+                error_cb=on_error,
                 disconnected_cb=log_disconnected,
                 reconnected_cb=_log_reconnected,
             ),
@@ -129,6 +148,11 @@ async def connect(cfg: BusConfig, url: str | None = None, *, reconnect: bool = T
         )
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         await nc.close()
+        if refusals or _is_refusal(exc):
+            why = refusals[-1] if refusals else str(exc)
+            raise BusError(
+                f"NATS at {redact_url(target)} refused the connection: {why}"
+            ) from BusRefused(why)
         raise BusError(
             f"cannot connect to NATS at {redact_url(target)}: {type(exc).__name__}"
         ) from exc
