@@ -140,7 +140,14 @@ class Ingestor:
         self.failures: dict[str, int] = {}
         #: Tables held back after a transient or unknown failure, until their retry time.
         self.retrying: dict[str, TableRetry] = {}
+        # Never behind what retention removed: manifests at or below its bound are gone, so a
+        # cursor below it would list nothing and never move (an older run saved its cursor
+        # less often than it retired).
         self.cursor = self.ledger.cursor()
+        try:
+            self.cursor = max(self.cursor, self.retention.through_seq())
+        except TidelakeError as exc:  # storage down at start: the saved hint will do
+            log.warning("retired bound not read", error=str(exc))
         self._pause_lock = threading.Lock()
         self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
@@ -317,11 +324,13 @@ class Ingestor:
 
     def _advance_cursor(self, seq: int) -> None:
         """The round is applied: the cursor moves to ``seq``, the one place it advances."""
-        self.cursor = seq
         if not self.held_back():
             # A paused or held-back table has events in this round that it did not apply:
             # the saved hint stays behind them so a restart (which un-pauses) reads them.
+            # Saved before it moves in memory: if the save fails (a full disk), the retried
+            # round lists the same manifests again and saves then.
             self.ledger.save_cursor(seq)
+        self.cursor = seq
         self._retire()
 
     def _retire(self, *, now: bool = False) -> None:
@@ -334,8 +343,12 @@ class Ingestor:
         for table_id in self.held_back():
             bound = min(bound, self.checkpoint_seq(table_id) or 0)
         try:
+            if bound > self.ledger.cursor():
+                # Every table passed the bound: the saved hint may move there, and must
+                # before the manifests go, or a restart would list from below them.
+                self.ledger.save_cursor(bound)
             self.retention.retire(bound)
-        except TidelakeError as exc:
+        except (TidelakeError, OSError) as exc:
             log.warning("staged batches not retired", through_seq=bound, error=str(exc))
 
     def step(self, stop: threading.Event | None = None) -> RoundResult:

@@ -69,6 +69,13 @@ class StagedRetention:
         now = time.monotonic() if now is None else now
         return now - self._last_pass >= self.config.interval_s
 
+    def through_seq(self) -> int:
+        """The bound of the newest retirement: every table passed it, no manifest at or
+        below it is left to read (0 when nothing was retired)."""
+        if self._totals is None:
+            self._totals_path, self._totals = read_retired(self.storage)
+        return self._totals.through_seq
+
     def retire(self, passed_seq: int) -> Retired:
         """Retire every batch whose manifest ends at or below ``passed_seq``."""
         self._last_pass = time.monotonic()

@@ -32,7 +32,7 @@ from tidelake.lake.ledger import INGEST_STAGE, Ledger
 from tidelake.lake.source import Round
 from tidelake.runtime.heartbeat import heartbeat_name
 from tidelake.runtime.storage import LocalStorage
-from tidelake.stage.manifest import Manifest
+from tidelake.stage.manifest import Manifest, write_manifest
 
 
 def _event(table: str, seq: int) -> ChangeEvent:
@@ -224,3 +224,21 @@ def test_an_operators_resume_retries_a_waiting_table_at_once(tmp_path: Path) -> 
     assert ["shop.bad"] == sorted(ingestor.retrying)
     assert ingestor.resume("shop.bad")
     assert ({}, {}) == (ingestor.retrying, ingestor.paused)
+
+
+def test_the_saved_cursor_never_falls_behind_what_retention_removed(tmp_path: Path) -> None:
+    """Found by the fault suite: a round applied while a table was held back moved the cursor
+    in memory only, retention then removed the manifests up to it, and a restarted ingest
+    listed from the old saved cursor forever (nothing below the retired bound is left). The
+    cursor is saved before retiring, and a new process starts at the retired bound."""
+    ingestor, _tables, config = _ingestor(tmp_path, None)
+    ingestor.ledger.save_cursor(0)
+    ingestor.cursor = 2
+    ingestor._retire(now=True)
+    assert 2 == ingestor.ledger.cursor()
+    ingestor.ledger.save_cursor(0)  # as an older run left it
+    storage = LocalStorage(config.stage_root)
+    write_manifest(storage, Manifest("b2", 1, 2, 0, (), received=2, staged=2, dead_lettered=0))
+    ingestor.retention.retire(2)
+    restarted = Ingestor(config, cast(Any, None), LocalStorage(config.stage_root))
+    assert 2 == restarted.cursor
