@@ -138,6 +138,9 @@ class Ingestor:
         self.tables = TableApplier(config, self.store)
         self.paused: dict[str, str] = {}
         self.failures: dict[str, int] = {}
+        #: Unknown failures in a row: only these pause a table (a transient one between
+        #: them, e.g. a full disk before the error it left behind, starts the count again).
+        self.unknown_failures: dict[str, int] = {}
         #: Tables held back after a transient or unknown failure, until their retry time.
         self.retrying: dict[str, TableRetry] = {}
         # Never behind what retention removed: manifests at or below its bound are gone, so a
@@ -173,6 +176,7 @@ class Ingestor:
             self.paused.pop(table_id, None)
             self.retrying.pop(table_id, None)  # an operator's resume retries it now
             self.failures.pop(table_id, None)
+            self.unknown_failures.pop(table_id, None)
             self.cursor = min(self.cursor, self.checkpoint_seq(table_id) or 0)
             self._write_paused()
         log.info("table resumed", table=table_id, cursor=self.cursor)
@@ -218,6 +222,7 @@ class Ingestor:
         except Exception as exc:
             return self._failed(table_id, exc)
         self.failures.pop(table_id, None)
+        self.unknown_failures.pop(table_id, None)
         if table_result.refused:
             self._pause(table_id, table_result.refused)
         return table_result
@@ -228,10 +233,13 @@ class Ingestor:
         decided = table_failure(exc)
         if decided == "terminal":
             self.failures.pop(table_id, None)
+            self.unknown_failures.pop(table_id, None)
             return self._pause(table_id, cause)
         failures = self.failures.get(table_id, 0) + 1
         self.failures[table_id] = failures
-        if decided == "unknown" and failures >= MAX_TABLE_FAILURES:
+        unknown = self.unknown_failures.get(table_id, 0) + 1 if decided == "unknown" else 0
+        self.unknown_failures[table_id] = unknown
+        if unknown >= MAX_TABLE_FAILURES:
             return self._pause(table_id, f"{cause} (failed {MAX_TABLE_FAILURES} times in a row)")
         wait_s = backoff_s(
             failures,

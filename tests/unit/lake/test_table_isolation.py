@@ -242,3 +242,20 @@ def test_the_saved_cursor_never_falls_behind_what_retention_removed(tmp_path: Pa
     ingestor.retention.retire(2)
     restarted = Ingestor(config, cast(Any, None), LocalStorage(config.stage_root))
     assert 2 == restarted.cursor
+
+
+def test_only_unknown_failures_in_a_row_pause_a_table(tmp_path: Path) -> None:
+    """Found by the fault suite: two disk-full failures, then the error the full disk left
+    behind (an empty Hudi clean plan), paused the table at once, counted as 3 failures. Only
+    unknown failures in a row count: a transient one starts the count again."""
+    disk_full = OSError(errno.ENOSPC, "No space left on device")
+    torn = IngestError("shop.bad: unable to read commit metadata for instant [==>1__clean]")
+    ingestor, tables, _config = _ingestor(tmp_path, disk_full)
+    for error in (disk_full, disk_full, torn, torn, disk_full, torn, torn):
+        tables.error = error
+        _due_now(ingestor)
+        ingestor.step()
+    assert ({}, ["shop.bad"]) == (ingestor.ledger.paused(), sorted(ingestor.retrying))
+    _due_now(ingestor)
+    ingestor.step()  # the third unknown failure in a row
+    assert ["shop.bad"] == sorted(ingestor.ledger.paused())
