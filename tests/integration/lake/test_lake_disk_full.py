@@ -11,9 +11,6 @@ everything once the ballast is removed.
 
 from __future__ import annotations
 
-import errno
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 from lakekit import Lake, event
 
+from support.small_disk import fill, mounted_tmpfs
 from tidelake.lake.ledger import Ledger
 
 pytestmark = pytest.mark.integration
@@ -30,34 +28,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 MiB tmpfs (needs root, as the fault suite does), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "lake"
-    mount_point.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)], check=True
-    )
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` with a ballast file; its path."""
-    ballast = disk / "ballast"
-    chunk = b"\0" * (1 << 20)
-    with ballast.open("wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    break
-                chunk = chunk[: len(chunk) // 2]
-    return ballast
+    with mounted_tmpfs(tmp_path / "lake", 64) as disk:
+        yield disk
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -79,7 +51,7 @@ def test_a_full_lake_disk_holds_the_table_with_its_cause_then_it_resumes_alone(
     values = {"status": "new", "amount": "1.00"}
     lake.stage([event("insert", i, i, i, values=values) for i in range(1, 6)])
     lake.ingest()
-    ballast = _fill(small_disk)
+    ballast = fill(small_disk)
     lake.stage([event("insert", i, i, i, values=values) for i in range(6, 11)])
 
     ingestor = lake.ingestor()

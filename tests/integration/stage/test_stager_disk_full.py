@@ -10,14 +10,13 @@ restart raises every message's delivery count past ``max_deliver``.
 
 from __future__ import annotations
 
-import errno
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from stagekit import StageEnv, canal_json, run, stop_process, wait_for
+
+from support.small_disk import fill, mounted_tmpfs
 
 pytestmark = pytest.mark.integration
 
@@ -29,32 +28,8 @@ RESTARTS = 4
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (needs root, as the fault suite does), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "staging"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)], check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def _fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` with a ballast file; its path."""
-    ballast = disk / "ballast"
-    chunk = b"\0" * 65536
-    with ballast.open("wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    break
-                chunk = chunk[: len(chunk) // 2]
-    return ballast
+    with mounted_tmpfs(tmp_path / "staging", 2) as disk:
+        yield disk
 
 
 @pytest.fixture
@@ -74,7 +49,7 @@ def test_restarts_while_the_stage_root_is_full_dead_letter_nothing(
     RESTARTS times while it waits for space (nothing is acked meanwhile), free the disk:
     one more stager stages every event exactly once in its manifests, and the DLQ is empty."""
     env = full_env
-    ballast = _fill(small_disk)
+    ballast = fill(small_disk)
     run(
         env.publish(
             [
