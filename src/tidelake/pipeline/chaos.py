@@ -297,14 +297,13 @@ class NatsVictim:
         return self.alive() and time.monotonic() - self._started_at > 1.0
 
 
-class MinioVictim:
-    """The private MinIO holding the staging area: restarted on the same port with the same
-    data directory and credentials (:class:`MinioServer` keeps both)."""
+class _ServerVictim:
+    """A server process the harness started (``server.pid``, ``start()``): signalled as a
+    process group, ready ``ready_after_s`` after each start."""
 
-    name = "minio"
-    can_pause = False  # a frozen MinIO is the store-slow kind
+    ready_after_s = 1.0
 
-    def __init__(self, server: MinioServer) -> None:
+    def __init__(self, server: Any) -> None:
         self.server = server
         self._started_at = time.monotonic()
 
@@ -313,10 +312,6 @@ class MinioVictim:
         if pid is not None and self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
-
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-        self.server.stop(timeout_s=5)  # reaps it (it is gone already)
 
     def start(self) -> None:
         self.server.start()
@@ -327,6 +322,27 @@ class MinioVictim:
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return self.alive() and time.monotonic() - self._started_at > self.ready_after_s
+
+
+class MinioVictim(_ServerVictim):
+    """The private MinIO holding the staging area: restarted on the same port with the same
+    data directory and credentials (:class:`MinioServer` keeps both)."""
+
+    name = "minio"
+    can_pause = False  # a frozen MinIO is the store-slow kind
+
+    def __init__(self, server: MinioServer) -> None:
+        super().__init__(server)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        self.server.stop(timeout_s=5)  # reaps it (it is gone already)
 
     def alive(self) -> bool:
         pid = self.server.pid
@@ -338,45 +354,20 @@ class MinioVictim:
         except OSError:
             return False
 
-    def ready(self) -> bool:
-        return self.alive() and time.monotonic() - self._started_at > 1.0
 
-
-class DebeziumVictim:
+class DebeziumVictim(_ServerVictim):
     """The Debezium Server JVM of a ``debezium`` source: restarted from its saved offsets."""
 
     name = "debezium"
     can_pause = True
-
-    def __init__(self, server: Any) -> None:  # pipeline.debezium_server.DebeziumServer
-        self.server = server
-        self._started_at = time.monotonic()
-
-    def _signal(self, sig: signal.Signals) -> None:
-        pid = self.server.pid
-        if pid is not None and self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, sig)
+    # A JVM and a binlog connection take seconds: a kill before that tests little.
+    ready_after_s = 8.0
 
     def kill(self) -> None:
         self.server.kill()
 
-    def start(self) -> None:
-        self.server.start()
-        self._started_at = time.monotonic()
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
     def alive(self) -> bool:
         return bool(self.server.running)
-
-    def ready(self) -> bool:
-        # A JVM and a binlog connection take seconds: a kill before that tests little.
-        return self.alive() and time.monotonic() - self._started_at > 8.0
 
 
 # --- the schedule -----------------------------------------------------------------------------
