@@ -13,9 +13,8 @@ and the stager process is never restarted and never dies.
 
 from __future__ import annotations
 
-import copy
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -23,6 +22,7 @@ import pytest
 from stagekit import StageEnv, canal_json, run, stop_process, wait_for
 
 from golden import load_cases
+from support.json_paths import json_paths, replaced
 from tidelake.bus import dlq
 from tidelake.errors import DecodeError
 from tidelake.formats import decode
@@ -52,27 +52,6 @@ HOSTILE_NAMES = [
     (".hidden", "t"), ("_tidelake", "t"), ("n" * 256, "t"), ("shop", "n" * 256), ("a.b", "c"),
     ("a", "b.c"), ("Shop", "Orders"), ("shop", "/etc/passwd"), ("shop", ".."),
 ]  # fmt: skip
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, (*prefix, i))
-
-
-def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    out = copy.deepcopy(value)
-    node = out
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = new
-    return out
 
 
 def _type_flips() -> list[bytes]:
@@ -114,14 +93,14 @@ def hostile_stream(env: StageEnv) -> list[tuple[str, bytes, bytes | None]]:
     for _ in range(MUTATED):
         message, key = rnd.choice(golden)
         parsed = orjson.loads(message)
-        path = rnd.choice(list(_paths(parsed)))
-        out.append((other, orjson.dumps(_replaced(parsed, path, rnd.choice(EDGE_VALUES))), key))
+        path = rnd.choice(list(json_paths(parsed)))
+        out.append((other, orjson.dumps(replaced(parsed, path, rnd.choice(EDGE_VALUES))), key))
     marker = "\u2063tidelake-hostile\u2063"
     for token in HOSTILE_TOKENS:
         message, key = rnd.choice(golden)
         parsed = orjson.loads(message)
-        path = rnd.choice([p for p in _paths(parsed) if p])
-        text = orjson.dumps(_replaced(parsed, path, marker))
+        path = rnd.choice([p for p in json_paths(parsed) if p])
+        text = orjson.dumps(replaced(parsed, path, marker))
         out.append((other, text.replace(orjson.dumps(marker), token, 1), key))
     plain = canal_json("shop", "edge", 1, 440 * 10**15)
     columns = {f"c{i}": str(i) for i in range(10_000)}

@@ -11,8 +11,6 @@ flips of a column across events and out-of-range position fields.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -21,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golden import load_cases
+from support.json_paths import json_paths, replaced
 from tidelake.errors import DecodeError
 from tidelake.formats import decode
 
@@ -63,28 +62,6 @@ def outcome(payload: bytes, key: bytes | None = None) -> str:
 ACCEPTED = {"events", "skipped", "dead-letter"}
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every path into ``value``: the root, each key of each object, each item of each list."""
-    yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, (*prefix, i))
-
-
-def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    out = copy.deepcopy(value)
-    node = out
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = new
-    return out
-
-
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_any_json_value_at_any_depth_of_a_real_message(data: st.DataObject) -> None:
@@ -93,8 +70,8 @@ def test_any_json_value_at_any_depth_of_a_real_message(data: st.DataObject) -> N
     value: decoded, skipped with a reason, or dead-lettered with a reason."""
     message, key = data.draw(st.sampled_from(MESSAGES))
     parsed = orjson.loads(message)
-    path = data.draw(st.sampled_from(list(_paths(parsed))))
-    mutated = _replaced(parsed, path, data.draw(ANY_JSON))
+    path = data.draw(st.sampled_from(list(json_paths(parsed))))
+    mutated = replaced(parsed, path, data.draw(ANY_JSON))
     assert outcome(orjson.dumps(mutated), key) in ACCEPTED
 
 
@@ -126,10 +103,10 @@ def test_hostile_json_text_in_any_value_of_a_real_message(data: st.DataObject) -
     dead-lettered with a reason or decoded, never a crash."""
     message, key = data.draw(st.sampled_from(MESSAGES))
     parsed = orjson.loads(message)
-    path = data.draw(st.sampled_from([p for p in _paths(parsed) if p]))
+    path = data.draw(st.sampled_from([p for p in json_paths(parsed) if p]))
     marker = "\u2063tidelake-hostile\u2063"
     token = data.draw(st.sampled_from(HOSTILE_TOKENS))
-    text = orjson.dumps(_replaced(parsed, path, marker))
+    text = orjson.dumps(replaced(parsed, path, marker))
     payload = text.replace(orjson.dumps(marker), token, 1)
     assert outcome(payload, key) in ACCEPTED
 
