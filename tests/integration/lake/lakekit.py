@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,13 @@ from tidelake.lake.ingest import Ingestor, IngestStats
 from tidelake.lake.ledger import Ledger
 from tidelake.lake.store import read_checkpoint
 from tidelake.runtime.storage import LocalStorage
-from tidelake.stage.manifest import Manifest, TableFile, table_file_path, write_manifest
+from tidelake.stage.manifest import (
+    RETIRED_DIR,
+    Manifest,
+    TableFile,
+    table_file_path,
+    write_manifest,
+)
 from tidelake.verify.lake import read_table
 
 _batches = itertools.count(1)
@@ -139,6 +146,14 @@ class Lake:
         )
         write_manifest(self.storage, manifest)
         return manifest
+
+    def forget_progress(self) -> None:
+        """Remove what the ingest saved about its progress besides the lake's own commits
+        (the cursor hint and the retention's record of what every table passed), as if it
+        died before saving either: a new ingest then reads every staged manifest and only
+        the tables' checkpoints keep it from applying an event twice."""
+        (Path(self.config.lake_state_dir) / "cursor.json").unlink(missing_ok=True)
+        shutil.rmtree(Path(self.config.stage_root) / RETIRED_DIR, ignore_errors=True)
 
     def ingestor(self) -> Ingestor:
         """A fresh ingestor: state only from the lake (checkpoints) and the cursor hint."""

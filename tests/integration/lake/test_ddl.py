@@ -152,7 +152,7 @@ def test_every_ddl_kind_interleaved_with_rows_across_tables_ends_equal_to_the_so
 
     # Replay everything: every event is a duplicate by the checkpoints and tombstones.
     commits_before = len(lake.commits())
-    (Path(lake.config.lake_root) / "_tidelake" / "cursor.json").unlink()
+    lake.forget_progress()
     again = lake.ingest()
     assert (0, {}) == (again.commits, again.refused)
     assert commits_before == len(lake.commits())
@@ -349,7 +349,7 @@ def test_tidb_restored_ddl_lands_with_defaults_and_no_ops_pass(lake: Lake) -> No
     assert {} == lake.ingest().refused
     assert not lake.spark.catalog.databaseExists(db)
     # A replay of the whole stream (cursor hint gone) does not bring the database back.
-    (Path(lake.config.lake_root) / "_tidelake" / "cursor.json").unlink()
+    lake.forget_progress()
     assert {} == lake.ingest().refused
     assert not lake.spark.catalog.databaseExists(db)
     assert expected == lake.state("shop.orders", "status", "note", "qty", "price", "flag")
@@ -405,7 +405,7 @@ def test_a_create_table_killed_before_its_commit_keeps_the_declared_types(lake: 
     timeline = Path(lake.path("shop.amounts")) / ".hoodie" / "timeline"
     for completed in timeline.glob("*_*.commit"):
         completed.unlink()  # as if the process died before the commit completed
-    (Path(lake.config.lake_state_dir) / "cursor.json").unlink()
+    lake.forget_progress()
     lake.stage([ddl_event("shop.amounts", create, "CREATE", 10, 1)])
     lake.stage(
         [
