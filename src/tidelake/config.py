@@ -13,7 +13,7 @@ masks them.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 import yaml
@@ -608,7 +608,12 @@ def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tu
             rows.extend(reference_rows(models[0], f"{path}."))
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "(env only)" if name in SECRET_FIELDS else repr(default).replace("PosixPath", "")
+        if name in SECRET_FIELDS:
+            shown = "(env only)"
+        elif isinstance(default, PurePath):
+            shown = repr(str(default))  # the path as written, not Python's PosixPath(...)
+        else:
+            shown = repr(default)
         rows.append((path, shown, info.description or ""))
     return rows
 
