@@ -62,11 +62,11 @@ def test_passed_batches_leave_staging_and_their_counts_stay(
     retired totals reconcile with the messages published."""
     overrides = {
         "lake": {"spark": {"master": "local[2]", "driver_memory": "1g"}},
-        "stage": {"max_events": 40, "retention": {"interval_s": 0}},
+        "stage": {"max_events": 30, "retention": {"interval_s": 0}},
     }
     env = make_stage_env(nats_server, tmp_path / "home", overrides)
     cfg = load_config(env.config_path, environ={})
-    workload = OrderWorkload(WorkloadSpec(events=900, seed=11))
+    workload = OrderWorkload(WorkloadSpec(events=360, seed=11))
     messages = [m for txn in workload.transactions() for m in txn]
     first, second = messages[: len(messages) // 2], messages[len(messages) // 2 :]
     storage = open_storage(cfg.stage_root, cfg.storage.s3)
