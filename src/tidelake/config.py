@@ -439,14 +439,32 @@ class ApiConfig(_Model):
         "'*.example.com', or '*' for any (only behind a proxy that checks Host itself)",
     )
 
+    @property
+    def on_loopback(self) -> bool:
+        """Whether :attr:`host` is a loopback address (the API may then run without a token)."""
+        return self.host in ("127.0.0.1", "localhost", "::1")
+
+    def require_token_to_listen(self) -> None:
+        """Raise :class:`ConfigError` unless this API may listen: off loopback it needs a token.
+
+        Called where the API listens (``tidelake serve``, and ``run`` when it starts the API),
+        not at config load: one config file serves every process of a deployment, and the
+        stager, capture and ingest never listen, so they must start without the API's secret
+        (which only the API process is given)."""
+        if not self.on_loopback and self.token is None:
+            raise ConfigError(
+                f"api: a bearer token is required to serve on {self.host} (off loopback): set "
+                "TIDELAKE_API__TOKEN in this process's environment, or bind api.host to 127.0.0.1"
+            )
+
     @model_validator(mode="after")
     def _token_off_loopback(self) -> ApiConfig:
         # An empty TIDELAKE_API__TOKEN reads as "no token": refused outright rather than
         # served open, whatever the bind address (an operator who set it meant a token).
+        # A missing token off loopback is refused where the API listens
+        # (require_token_to_listen), not here: every verb loads this config.
         if self.token is not None and not self.token.get_secret_value().strip():
             raise ValueError("TIDELAKE_API__TOKEN is empty: set a token or unset the variable")
-        if self.host not in ("127.0.0.1", "localhost", "::1") and self.token is None:
-            raise ValueError("a bearer token (TIDELAKE_API__TOKEN) is required off loopback")
         for pattern in self.allowed_hosts:
             # Starlette's TrustedHostMiddleware asserts on other wildcards; say it here.
             if "*" in pattern[1:] or (

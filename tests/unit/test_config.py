@@ -103,3 +103,32 @@ def test_environment_variables_of_other_tools_are_not_settings() -> None:
         "TIDELAKE_INGEST__INTERVAL_S": "2.5",
     }
     assert 2.5 == load_config(None, environ=env).ingest.interval_s
+
+
+def test_a_config_that_serves_off_loopback_loads_without_the_token(tmp_path: Path) -> None:
+    """One config file for every process of a deployment names `api.host: 0.0.0.0`; the
+    processes that never listen (stage, capture, ingest) load it without TIDELAKE_API__TOKEN,
+    and the token is demanded only of the one that listens (require_token_to_listen)."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("api:\n  host: 0.0.0.0\n")
+    without = load_config(path, environ={})
+    with pytest.raises(ConfigError, match=r"bearer token is required to serve on 0\.0\.0\.0"):
+        without.api.require_token_to_listen()
+    with_token = load_config(path, environ={"TIDELAKE_API__TOKEN": "t0ken"})
+    with_token.api.require_token_to_listen()
+    expected = ("0.0.0.0", None, "t0ken")
+    actual = (
+        without.api.host,
+        without.api.token,
+        with_token.api.token.get_secret_value() if with_token.api.token else None,
+    )
+    assert expected == actual
+
+
+def test_an_empty_token_is_refused_whoever_loads_the_config(tmp_path: Path) -> None:
+    """An empty TIDELAKE_API__TOKEN is a mistake on any bind address, so it stays a load
+    error for every verb (not only the one that listens)."""
+    path = tmp_path / "tidelake.yaml"
+    path.write_text("api:\n  host: 127.0.0.1\n")
+    with pytest.raises(ConfigError, match="TIDELAKE_API__TOKEN is empty"):
+        load_config(path, environ={"TIDELAKE_API__TOKEN": " "})

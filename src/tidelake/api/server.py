@@ -11,7 +11,7 @@ One FastAPI application (OpenAPI at ``/docs`` and ``/openapi.json``):
 * ``/`` — the dashboard (static files built from ``dashboard/`` into ``api/static/``).
 
 It binds 127.0.0.1 by default. Off loopback a bearer token is required (``api.token``, env
-``TIDELAKE_API__TOKEN``; :class:`~tidelake.config.ApiConfig` refuses the config otherwise);
+``TIDELAKE_API__TOKEN``; :func:`create_app` refuses to build the app otherwise);
 when a token is set every route but ``/api/health`` and the dashboard's static files needs
 ``Authorization: Bearer <token>``; an empty token is refused at config load.
 
@@ -86,7 +86,9 @@ def create_app(
     monitor: Monitor | None = None,
     static_dir: Path | None = None,
 ) -> FastAPI:
-    """The application; ``monitor`` and ``static_dir`` may be given by tests."""
+    """The application; ``monitor`` and ``static_dir`` may be given by tests. Raises
+    :class:`~tidelake.errors.ConfigError` off loopback without a token."""
+    cfg.api.require_token_to_listen()
     mon = monitor or Monitor(cfg, stale_after_s=stale_after_s)
     token = cfg.api.token.get_secret_value() if cfg.api.token else None
     static = static_dir or STATIC_DIR

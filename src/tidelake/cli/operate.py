@@ -123,6 +123,7 @@ def serve(
 
     from tidelake.api.server import serve as run_server
     from tidelake.config import ApiConfig
+    from tidelake.errors import ConfigError
 
     cfg = _load(config, logging.INFO)
     try:
@@ -133,8 +134,12 @@ def serve(
                 **({"port": port} if port else {}),
             }
         )
+        api.require_token_to_listen()  # only the verb that listens needs the token
     except ValidationError as exc:
         err_console.print(f"[bold red]invalid api settings[/] {exc.errors()[0]['msg']}")
+        raise typer.Exit(2) from exc
+    except ConfigError as exc:
+        err_console.print(f"[bold red]invalid api settings[/] {exc}")
         raise typer.Exit(2) from exc
     cfg = cfg.model_copy(update={"api": api})
     auth = "bearer token required" if api.token else "no token (loopback only)"
