@@ -5,10 +5,12 @@ A snapshot is rebuilt at most once per :data:`MIN_REFRESH_S` (a dashboard poll a
 Prometheus scrape at the same moment share one), and each rebuild reads only what was
 appended since the last (:mod:`tidelake.api.records`).
 
-States, per table: ``paused`` (the ingest holds it), ``stale`` (messages for it are in the
-stream beyond its checkpoint and its freshness is past ``stale_after_s``), ``catching_up``
-(messages beyond its checkpoint, still fresh), ``fresh`` (its checkpoint covers the last
-message of its subject), ``unknown`` (the bus is unreachable). The pipeline is ``down`` when
+States, per table: ``paused`` (the ingest holds it), ``fresh`` (its checkpoint covers the last
+message of its subject, or its newest applied change is at most :data:`FRESH_WITHIN_S` old:
+the steady state of a busy table, whose newest messages are always on their way), ``stale``
+(messages for it are in the stream beyond its checkpoint and its freshness is past
+``stale_after_s``), ``catching_up`` (behind, between the two), ``unknown`` (the bus is
+unreachable). The pipeline is ``down`` when
 the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
 when the bus is unreachable, dead letters wait or the ingest's state is unreadable,
 ``healthy`` otherwise.
@@ -39,6 +41,9 @@ MIN_REFRESH_S = 0.5
 BUS_RETRY_S = 5.0
 #: Default: a table with unapplied messages whose freshness passes this is stale.
 STALE_AFTER_S = 60.0
+#: A table behind the stream whose newest applied change is at most this old (and within
+#: ``stale_after_s``) is ``fresh``: under steady load the last messages are always in flight.
+FRESH_WITHIN_S = 15.0
 #: New manifests whose batch latency is measured per refresh (one message read each).
 LATENCY_SAMPLES_PER_REFRESH = 200
 
@@ -243,7 +248,12 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
             # committed, the newest message waiting for it) is older than the threshold.
             since = t.max_commit_ts_ms if t.max_commit_ts_ms is not None else last["time_ms"]
             behind_s = (now - (since or now)) / 1000
-            state = "stale" if behind_s > snap.stale_after_s else "catching_up"
+            if behind_s > snap.stale_after_s:
+                state = "stale"
+            elif t.max_commit_ts_ms is not None and behind_s <= FRESH_WITHIN_S:
+                state = "fresh"  # a table never committed is catching up until it is
+            else:
+                state = "catching_up"
         out.append(
             {
                 "table": name,

@@ -4,6 +4,8 @@ One FastAPI application (OpenAPI at ``/docs`` and ``/openapi.json``):
 
 * ``GET /metrics`` — Prometheus exposition (docs/metrics.md);
 * ``GET /api/status`` and ``/api/tables[/{table}]`` — the pipeline and its tables;
+* ``GET /api/history`` and ``/api/tables/{table}/history`` — the charts' series over a window
+  (``api/history.py``: from the commit log and serve's own samples, so they survive restarts);
 * ``POST /api/tables/{table}/pause|resume`` — the control file the ingest honours;
 * ``GET /api/messages[/{seq}]`` — the message explorer (delivered vs pending);
 * ``GET /api/dlq[/{seq}]``, ``POST /api/dlq/{seq}/replay|discard`` — dead letters;
@@ -23,6 +25,7 @@ state (every POST) gets 403 when a browser sent it from another origin and 415 u
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import secrets
 from collections.abc import AsyncIterator
@@ -38,9 +41,11 @@ from pydantic import BaseModel, Field
 from tidelake import __version__
 from tidelake.api import metrics
 from tidelake.api.browser_guard import BrowserGuard, allowed_hosts
+from tidelake.api.history import MAX_WINDOW_S, MIN_WINDOW_S, History
 from tidelake.api.jetstream import is_bus_error
 from tidelake.api.monitor import STALE_AFTER_S, Monitor, status_json, table_states
 from tidelake.config import Config
+from tidelake.lake.ledger import LedgerError
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -49,6 +54,18 @@ _MISSING_DASHBOARD = """<!doctype html><html><head><title>tidelake</title></head
 <code>make dashboard</code> in the repository (needs Node.js and npm), then restart
 <code>tidelake serve</code>. The API works: <a href="/api/status">/api/status</a>,
 <a href="/metrics">/metrics</a>, <a href="/docs">/docs</a>.</p></body></html>"""
+
+
+#: The history routes' parameters (``api/history.py``).
+WindowQuery = Annotated[
+    int, Query(ge=MIN_WINDOW_S, le=MAX_WINDOW_S, description="seconds back from now")
+]
+StepQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_WINDOW_S, description="bucket seconds (default: ~360 points)")
+]
+SmoothQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_WINDOW_S, description="moving-average seconds of the rates")
+]
 
 
 def parse_time_ms(text: str) -> int:
@@ -85,6 +102,7 @@ def create_app(
     stale_after_s: float = STALE_AFTER_S,
     monitor: Monitor | None = None,
     static_dir: Path | None = None,
+    history: History | None = None,
 ) -> FastAPI:
     """The application; ``monitor`` and ``static_dir`` may be given by tests. Raises
     :class:`~tidelake.errors.ConfigError` off loopback without a token."""
@@ -92,10 +110,14 @@ def create_app(
     mon = monitor or Monitor(cfg, stale_after_s=stale_after_s)
     token = cfg.api.token.get_secret_value() if cfg.api.token else None
     static = static_dir or STATIC_DIR
+    hist = history or History.of(cfg)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The charts' samples are taken whether or not a page is open (api/history.py).
+        sampler = asyncio.create_task(hist.sample_forever(mon.snapshot))
         yield
+        sampler.cancel()
         await mon.close()
 
     app = FastAPI(
@@ -147,6 +169,35 @@ def create_app(
             if row["table"] == table:
                 return row
         raise HTTPException(404, f"no table {table}")
+
+    @app.get("/api/history", tags=["status"], dependencies=auth)
+    async def history_all(
+        window: WindowQuery = 3600,
+        step: StepQuery = None,
+        smooth: SmoothQuery = None,
+    ) -> dict[str, Any]:
+        """The pipeline over time: staged and committed changes/s (smoothed), commit lag
+        p50/p99, commit duration, dead-letter depth and consumer backlog, per bucket."""
+        return await asyncio.to_thread(hist.query, window, step, smooth)
+
+    @app.get("/api/tables/{table}/history", tags=["tables"], dependencies=auth)
+    async def history_table(
+        table: str,
+        window: WindowQuery = 3600,
+        step: StepQuery = None,
+        smooth: SmoothQuery = None,
+    ) -> dict[str, Any]:
+        """One table over time (committed changes/s, lag, duration) with its DDL history
+        and the DDL it waits on, if any."""
+        out = await asyncio.to_thread(hist.query, window, step, smooth, table)
+        out = {**out, "blocked_ddl": None}
+        try:
+            blocked = mon.lake.ledger.blocked().get(table)
+        except LedgerError:  # /api/status names the unreadable file
+            blocked = None
+        if blocked is not None:
+            out["blocked_ddl"] = blocked.model_dump(mode="json")
+        return out
 
     @app.post("/api/tables/{table}/pause", tags=["tables"], dependencies=auth)
     async def pause(table: str, body: PauseRequest | None = None) -> dict[str, Any]:

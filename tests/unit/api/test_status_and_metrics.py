@@ -69,19 +69,22 @@ def _commit(table: str, seq: int, newest_ms: int) -> dict[str, Any]:
 
 
 def test_table_states_fresh_catching_up_stale_and_pipeline_state(tmp_path: Path) -> None:
-    """Covered → fresh; behind but recent → catching_up; behind and old → stale, which
-    makes the pipeline stale."""
+    """Covered → fresh; behind with its newest change within FRESH_WITHIN_S (the steady
+    state of a busy table) → fresh; behind and older → catching_up; behind and past
+    stale_after → stale, which makes the pipeline stale."""
     snap = _snapshot(
         tmp_path,
         [
             _commit("a.t", 9, NOW - 1000),
-            _commit("a.u", 3, NOW - 5000),
+            _commit("a.s", 3, NOW - 5000),
+            _commit("a.u", 3, NOW - 30_000),
             _commit("a.v", 2, NOW - 600_000),
         ],
-        {"a.t": 9, "a.u": 7, "a.v": 8},
+        {"a.t": 9, "a.s": 7, "a.u": 7, "a.v": 8},
     )
     rows = {r["table"]: r for r in table_states(snap)}
     assert {t: r["state"] for t, r in rows.items()} == {
+        "a.s": "fresh",
         "a.t": "fresh",
         "a.u": "catching_up",
         "a.v": "stale",
