@@ -474,6 +474,38 @@ class ApiConfig(_Model):
         return self
 
 
+class MetricsConfig(_Model):
+    """Each long-running process's own ``GET /metrics`` and ``GET /healthz`` (docs/metrics.md).
+
+    ``stage``, ``ingest`` (continuous), ``capture`` and ``run`` serve them on ``port`` when it
+    is set; ``serve`` has its own ``/metrics`` on the API port."""
+
+    host: str = Field("127.0.0.1", description="bind address of the metrics/health endpoint")
+    port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="serve /metrics and /healthz on this port (9464 in the shipped deployments); "
+        "unset = off; under `run` its stage children use port+1, port+2, ...",
+    )
+    healthy_within_s: float = Field(
+        300.0,
+        gt=0,
+        description="/healthz answers 503 once the process's main loop has not turned for this "
+        "long; above the longest legitimate step (an ingest round's Hudi commit, JVM warm-up)",
+    )
+
+
+class RunConfig(_Model):
+    """``tidelake run``: the local pipeline on this machine (pipeline/run.py)."""
+
+    serve: bool = Field(
+        False,
+        description="also start `tidelake serve` (API and dashboard on api.host:api.port) as a "
+        "supervised child, as `run --serve` does",
+    )
+
+
 class Config(_Model):
     """The whole tidelake configuration."""
 
@@ -485,6 +517,7 @@ class Config(_Model):
     ingest: IngestConfig = IngestConfig()
     api: ApiConfig = ApiConfig()
     capture: CaptureConfig = CaptureConfig()
+    metrics: MetricsConfig = MetricsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )

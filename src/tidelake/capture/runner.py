@@ -34,7 +34,9 @@ from tidelake.capture.position import PositionStore
 from tidelake.capture.publisher import Publisher
 from tidelake.config import Config
 from tidelake.errors import Terminal, TidelakeError, Transient
+from tidelake.runtime import live_metrics as live
 from tidelake.runtime.heartbeat import Heartbeat
+from tidelake.runtime.metrics_server import beat
 
 log = structlog.get_logger(__name__)
 
@@ -178,6 +180,13 @@ async def capture_loop(
         }
 
     heartbeat = Heartbeat(put, "capture", info)
+    live.watch_capture(
+        lambda: {
+            "published": pub.published,
+            "duplicates": pub.duplicates,
+            "position_saves": store.saves,
+        }
+    )
 
     def reader() -> None:
         try:
@@ -207,6 +216,7 @@ async def capture_loop(
         last_drain = time.monotonic()
         error: BaseException | None = None
         while True:
+            beat()  # /healthz: the loop turns at least every DRAIN_INTERVAL_S
             try:
                 got = await asyncio.wait_for(queue.get(), DRAIN_INTERVAL_S)
             except TimeoutError:
@@ -220,6 +230,8 @@ async def capture_loop(
                 if isinstance(item, Outgoing):
                     await pub.publish(item.subject, item.payload, item.msg_id)
                     sent += 1
+                    live.CAPTURER_LAST_COMMIT.set(item.commit_ts_ms / 1000)
+                    live.CAPTURER_PUBLISH_LAG.set(max(0.0, time.time() - item.commit_ts_ms / 1000))
                 else:
                     waiting.add(sent, item.state)
             if got is None or time.monotonic() - last_drain >= DRAIN_INTERVAL_S:

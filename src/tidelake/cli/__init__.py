@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +49,24 @@ def _configure_logging(level: str) -> None:
 def _main() -> None:
     """Every verb starts at INFO; a verb that loads a config applies its ``log_level``."""
     _configure_logging("info")
+
+
+@contextlib.contextmanager
+def _metrics_endpoint(cfg: Config, process: str, collectors: list[Any]) -> Iterator[None]:
+    """This long-running verb's own /metrics and /healthz while it runs (``metrics.port``;
+    runtime/metrics_server.py); a port that cannot be bound exits 2 before any work."""
+    from tidelake.runtime.metrics_server import MetricsPortError, serving
+
+    endpoint = serving(cfg.metrics, process, collectors)
+    try:
+        endpoint.__enter__()
+    except MetricsPortError as exc:
+        err_console.print(f"[bold red]metrics endpoint[/] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    try:
+        yield
+    finally:
+        endpoint.__exit__(None, None, None)
 
 
 def _load(path: Path | None) -> Config:
@@ -214,8 +234,11 @@ def stage(
     if not cfg.bus.url:
         err_console.print("[bold red]`stage` needs bus.url[/] (or TIDELAKE_BUS__URL)")
         raise typer.Exit(2)
+    from tidelake.runtime.live_metrics import stager_collectors
+
     try:
-        asyncio.run(run_stager(cfg, once=once))
+        with _metrics_endpoint(cfg, "stager", stager_collectors()):
+            asyncio.run(run_stager(cfg, once=once))
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
@@ -273,8 +296,16 @@ def ingest(
         err_console.print("[bold red]--once and --continuous exclude each other[/]")
         raise typer.Exit(2)
     cfg = _load(config)
+    from tidelake.runtime.live_metrics import ingester_collectors
+
+    endpoint = (
+        contextlib.nullcontext()
+        if once  # a one-shot run is not probed or scraped
+        else _metrics_endpoint(cfg, "ingest", ingester_collectors())
+    )
     try:
-        stats = run_ingest(cfg, once=once, interval_s=interval)
+        with endpoint:
+            stats = run_ingest(cfg, once=once, interval_s=interval)
     except Exception as exc:
         # A JVM failure outside a table's write (reading a checkpoint, the catalog) reaches
         # here as py4j's bare "An error occurred while calling o…": give its cause chain.
@@ -324,8 +355,11 @@ def capture(
     if not cfg.bus.url:
         err_console.print("[bold red]`capture` needs bus.url[/] (or TIDELAKE_BUS__URL)")
         raise typer.Exit(2)
+    from tidelake.runtime.live_metrics import capturer_collectors
+
     try:
-        stats = run_capture(cfg, open_source(cfg))
+        with _metrics_endpoint(cfg, "capture", capturer_collectors()):
+            stats = run_capture(cfg, open_source(cfg))
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/] {exc}")
         raise typer.Exit(2) from exc

@@ -74,6 +74,8 @@ from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
 from tidelake.lake.store import TableStore
 from tidelake.retry import backoff_s, retrying
+from tidelake.runtime import live_metrics as live
+from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -220,6 +222,7 @@ class Ingestor:
             else:
                 table_result = self.tables.apply(table_id, events, seq_last)
         except Exception as exc:
+            live.INGESTER_TABLE_FAILURES.labels(table_id).inc()
             return self._failed(table_id, exc)
         self.failures.pop(table_id, None)
         self.unknown_failures.pop(table_id, None)
@@ -277,8 +280,13 @@ class Ingestor:
 
     def _record(self, table_result: TableResult, seq_last: int) -> None:
         for line in table_result.commits:
-            self.ledger.append_commit(CommitRecord.model_validate(line))
+            record = CommitRecord.model_validate(line)
+            self.ledger.append_commit(record)
             log.info("committed", **line)
+            live.INGESTER_COMMITS.labels(table_result.table).inc()
+            live.INGESTER_EVENTS.labels(table_result.table).inc(record.events)
+            if record.duration_ms is not None:
+                live.INGESTER_COMMIT_SECONDS.observe(record.duration_ms / 1000)
         if table_result.duplicates or table_result.stale:
             self.ledger.append_skipped(
                 SkippedRecord(
@@ -293,6 +301,9 @@ class Ingestor:
     def heartbeat(self, state: str, **fields: Any) -> None:
         """Tell ``serve``/``status``/the demo what the ingest is doing: a table held back for
         a retry shows its cause (``retrying``, and ``last_error``, which ``status`` lists)."""
+        beat()  # every state change is the loop at work (/healthz)
+        live.INGESTER_TABLES_PAUSED.set(len(self.paused))
+        live.INGESTER_TABLES_RETRYING.set(len(self.retrying))
         if self.retrying:
             if state == "idle":
                 state = "retrying"  # idle only until a held-back table's retry time
@@ -320,6 +331,7 @@ class Ingestor:
                 for table_id, events in todo
             }
             for future in as_completed(futures):
+                beat()  # a long round makes progress table by table
                 table_result = future.result()  # a table's failure is in its result
                 if table_result is None:
                     result.interrupted = True
@@ -362,6 +374,7 @@ class Ingestor:
     def step(self, stop: threading.Event | None = None) -> RoundResult:
         """Apply the next round; an empty result when nothing is staged."""
         result = RoundResult()
+        started = time.monotonic()
         self.control.apply(self)  # before listing: a resume may move the cursor back
         self._retry_due()  # so may a table whose retry time has come
         staged = self.source.next_round(self.cursor)
@@ -386,6 +399,9 @@ class Ingestor:
         if result.interrupted:
             return result  # the cursor stays: checkpoints skip what was committed
         self._advance_cursor(staged.next_cursor(self.cursor))
+        live.INGESTER_ROUNDS.inc()
+        live.INGESTER_MANIFESTS.inc(result.manifests)
+        live.INGESTER_ROUND_SECONDS.observe(time.monotonic() - started)
         return result
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
@@ -412,6 +428,7 @@ class Ingestor:
         stats = IngestStats()
 
         def report(error: BaseException, attempt: int, wait_s: float) -> None:
+            live.INGESTER_ROUND_FAILURES.inc()
             self.heartbeat("retrying", last_error=shorten(str(error), 1000))  # serve/status
 
         rounds = retrying(

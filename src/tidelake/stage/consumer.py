@@ -81,6 +81,8 @@ from tidelake.errors import BusError, DecodeError, is_retryable
 from tidelake.formats import Decoded
 from tidelake.formats.positions import check_positions
 from tidelake.retry import backoff_s
+from tidelake.runtime.live_metrics import STAGER_FLUSH_SECONDS, watch_stager
+from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import LocalStorage, Storage, open_storage
 from tidelake.stage.admission import TableAdmission
 from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
@@ -245,6 +247,7 @@ class Stager:
         batch: Batch[Msg] = Batch(self.limits)
         try:
             while not self.stopping:
+                beat()  # /healthz: the loop turns at least every IDLE_FETCH_S
                 if self._stalled.is_set():
                     await self._wait_out_stall(batch)  # no fetching while storage fails
                     continue
@@ -554,6 +557,7 @@ class Stager:
                 if not is_retryable(exc) or self.stopping:
                     raise
                 wait_s = self._bus_failed(exc, what)
+                beat()  # waiting out an outage is the loop at work, not a hang
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), wait_s)
                 continue
@@ -662,6 +666,7 @@ class Stager:
         deadline = time.monotonic() + wait_s
         tick = max(0.1, min(self.bus.consumer.ack_wait_s / 3, 5.0))
         while True:
+            beat()
             await _keep_alive(keep)
             left = deadline - time.monotonic()
             if left <= 0 or self.stopping:
@@ -685,6 +690,7 @@ class Stager:
         task = self._flushing
         tick = max(0.1, min(self.bus.consumer.ack_wait_s / 3, 5.0))
         while task is not None and not task.done():
+            beat()
             await asyncio.wait([task], timeout=tick)
             if not task.done():  # the common wait (a batch being written) sends nothing
                 await _keep_alive([*batch.messages, *batch.extra_acks, *self._held.values()])
@@ -780,6 +786,7 @@ class Stager:
             # delivery, acked unstaged as at or below our flushed floor, or staged again.
             log.warning("acks not confirmed by a flush", error=repr(exc))
         self.stats.add_batch(batch, manifest)
+        STAGER_FLUSH_SECONDS.observe(time.monotonic() - started)
         log.info(
             "batch staged",
             batch_id=manifest.batch_id,
@@ -942,6 +949,7 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
     try:
         storage = open_storage(cfg.stage_root, cfg.storage.s3)
         stager = Stager(nc, cfg.bus, cfg.stage, storage)
+        watch_stager(stager.stats)  # what this process's /metrics shows
         stager.install_signal_handlers()
         fallback = storage.overwrite if isinstance(storage, LocalStorage) else None
         with Heartbeat(
@@ -961,6 +969,7 @@ def _bus_unreachable(exc: BaseException) -> bool:
 
 async def _wait_for_bus(exc: BaseException, attempt: int, what: str) -> None:
     wait_s = backoff_s(attempt, first_wait_s=0.5, max_wait_s=MAX_BUS_WAIT_S)
+    beat()  # waiting for the bus at start-up: alive, restarting would not help
     log.warning(
         "bus unreachable at start-up; retrying",
         what=what,

@@ -1,0 +1,256 @@
+"""What each long-running process counts about itself, for its own ``/metrics``.
+
+These are *live* counters: they start at zero with the process and count what this process
+did (``runtime/metrics_server.py`` serves them). They are named after the process that
+counts — ``tidelake_stager_*``, ``tidelake_ingester_*``, ``tidelake_capturer_*`` — so they
+never collide with the ``tidelake_stage_*`` / ``tidelake_ingest_*`` families that
+``tidelake serve`` derives from the durable record (manifests, ``commits.jsonl``), which
+survive restarts and cover every process of the pipeline. docs/metrics.md lists both.
+
+The stager already keeps its counters in :class:`~tidelake.stage.consumer.StagerStats`; a
+collector reads them at scrape time (nothing added to its hot loop). The ingest and the
+capture count through the prometheus_client objects below. Each process registers only its
+own family (:func:`stager_collectors`, :func:`ingester_collectors`,
+:func:`capturer_collectors`), so a stager's endpoint holds no idle ingest metrics.
+
+Label values are snake_case (:func:`snake_label`): a dead-letter reason ``not JSON`` is
+``not_json``; table names (``shop.orders``) are identifiers and stay as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: Buckets of the duration histograms, seconds: a local flush takes milliseconds, a Hudi
+#: commit seconds to minutes.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+def snake_label(value: str) -> str:
+    """A label value in snake_case: lower case, every run of other characters one ``_``."""
+    return re.sub(r"[^a-z0-9]+", "_", value.lower()).strip("_") or "unknown"
+
+
+# -- the stager ------------------------------------------------------------------------------
+
+
+class StagerStats(Protocol):
+    """What :class:`tidelake.stage.consumer.StagerStats` holds (a protocol: the runtime
+    imports no stage)."""
+
+    received: int
+    staged: int
+    skipped: int
+    batches: int
+    redelivered: int
+    storage_failures: int
+    bus_failures: int
+    given_back: int
+    last_seq: int
+    rows_by_table: Tally[str]
+    dead_lettered_by_reason: Tally[str]
+
+
+STAGER_FLUSH_SECONDS = Histogram(
+    "tidelake_stager_flush_duration_seconds",
+    "Writing one batch: files, manifest and the acks of its messages",
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+
+
+class StagerCollector(Collector):
+    """The counters of the running stager (``StagerStats``), read at each scrape."""
+
+    def __init__(self, stats: Callable[[], StagerStats | None]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats()
+        if s is None:  # not connected to the bus yet: no stager, no counts
+            return
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(f"tidelake_stager_{name}", doc, value=value)
+
+        yield counter("messages_received", "Messages this stager staged batches of", s.received)
+        yield counter("messages_staged", "Messages staged as change events", s.staged)
+        yield counter("messages_skipped", "Messages that carry no row (watermarks)", s.skipped)
+        yield counter("batches", "Batches written (manifests) by this stager", s.batches)
+        yield counter("messages_redelivered", "Messages that came more than once", s.redelivered)
+        yield counter(
+            "storage_failures", "Failed writes to staging storage (retried)", s.storage_failures
+        )
+        yield counter("bus_failures", "Failed requests to NATS (retried)", s.bus_failures)
+        yield counter("messages_given_back", "Messages handed back to another stager", s.given_back)
+        dl = CounterMetricFamily(
+            "tidelake_stager_messages_dead_lettered",
+            "Messages this stager sent to the dead-letter stream, by reason",
+            labels=["reason"],
+        )
+        reasons: dict[str, int] = {}
+        for reason, n in s.dead_lettered_by_reason.items():
+            label = snake_label(reason)
+            reasons[label] = reasons.get(label, 0) + n
+        for label, n in sorted(reasons.items()):
+            dl.add_metric([label], n)
+        yield dl
+        ev = CounterMetricFamily(
+            "tidelake_stager_events_staged",
+            "Change events this stager staged, per table",
+            labels=["table"],
+        )
+        for table, n in sorted(s.rows_by_table.items()):
+            ev.add_metric([table], n)
+        yield ev
+        yield GaugeMetricFamily(
+            "tidelake_stager_last_sequence", "Highest stream sequence staged", value=s.last_seq
+        )
+
+
+class _StagerHolder:
+    """The stager of this process, once ``run_stager`` has built it."""
+
+    stats: StagerStats | None = None
+
+
+STAGER = _StagerHolder()
+
+
+def watch_stager(stats: StagerStats) -> None:
+    """``run_stager``: these are the counters ``/metrics`` shows."""
+    STAGER.stats = stats
+
+
+def stager_collectors() -> list[Collector]:
+    return [StagerCollector(lambda: STAGER.stats), STAGER_FLUSH_SECONDS]
+
+
+# -- the ingest ------------------------------------------------------------------------------
+
+INGESTER_ROUNDS = Counter(
+    "tidelake_ingester_rounds", "Rounds that applied staged manifests", registry=None
+)
+INGESTER_ROUND_FAILURES = Counter(
+    "tidelake_ingester_round_failures", "Rounds that failed and are retried", registry=None
+)
+INGESTER_MANIFESTS = Counter(
+    "tidelake_ingester_manifests", "Staged manifests read by applied rounds", registry=None
+)
+INGESTER_COMMITS = Counter(
+    "tidelake_ingester_commits", "Hudi commits made by this process", ["table"], registry=None
+)
+INGESTER_EVENTS = Counter(
+    "tidelake_ingester_events_applied",
+    "Change events applied by this process",
+    ["table"],
+    registry=None,
+)
+INGESTER_TABLE_FAILURES = Counter(
+    "tidelake_ingester_table_failures",
+    "A table's share of a round failed (held back for a retry, or paused)",
+    ["table"],
+    registry=None,
+)
+INGESTER_COMMIT_SECONDS = Histogram(
+    "tidelake_ingester_commit_duration_seconds",
+    "One table's Hudi commit, as this process timed it",
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+INGESTER_ROUND_SECONDS = Histogram(
+    "tidelake_ingester_round_duration_seconds",
+    "One round: listing, every table's commit, the cursor",
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+INGESTER_TABLES_PAUSED = Gauge(
+    "tidelake_ingester_tables_paused", "Tables this ingest holds paused", registry=None
+)
+INGESTER_TABLES_RETRYING = Gauge(
+    "tidelake_ingester_tables_retrying",
+    "Tables held back for a retry after a transient failure",
+    registry=None,
+)
+
+
+def ingester_collectors() -> list[Collector]:
+    return [
+        INGESTER_ROUNDS,
+        INGESTER_ROUND_FAILURES,
+        INGESTER_MANIFESTS,
+        INGESTER_COMMITS,
+        INGESTER_EVENTS,
+        INGESTER_TABLE_FAILURES,
+        INGESTER_COMMIT_SECONDS,
+        INGESTER_ROUND_SECONDS,
+        INGESTER_TABLES_PAUSED,
+        INGESTER_TABLES_RETRYING,
+    ]
+
+
+# -- the capture -----------------------------------------------------------------------------
+
+#: ``() -> {"published": n, "duplicates": n, "position_saves": n}`` of the running capture.
+CaptureCounts = Callable[[], dict[str, int]]
+
+
+class CapturerCollector(Collector):
+    """The counters of the running capture (its publisher and position store), per scrape."""
+
+    def __init__(self, counts: Callable[[], CaptureCounts | None]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        fn = self.counts()
+        if fn is None:
+            return
+        c = fn()
+        for name, key, doc in (
+            (
+                "changes_published",
+                "published",
+                "Messages published to JetStream and acknowledged (duplicates included)",
+            ),
+            (
+                "duplicates",
+                "duplicates",
+                "Published messages JetStream dropped as duplicates (republished after a restart)",
+            ),
+            ("position_saves", "position_saves", "Durable saves of the capture position"),
+        ):
+            yield CounterMetricFamily(f"tidelake_capturer_{name}", doc, value=c.get(key, 0))
+
+
+class _CaptureHolder:
+    counts: CaptureCounts | None = None
+
+
+CAPTURE = _CaptureHolder()
+
+CAPTURER_LAST_COMMIT = Gauge(
+    "tidelake_capturer_last_commit_timestamp_seconds",
+    "Source commit time of the newest message published (Unix time)",
+    registry=None,
+)
+CAPTURER_PUBLISH_LAG = Gauge(
+    "tidelake_capturer_publish_lag_seconds",
+    "Source commit to publish, of the newest message published (stays while the source is idle)",
+    registry=None,
+)
+
+
+def watch_capture(counts: CaptureCounts) -> None:
+    """``capture_loop``: these are the counts ``/metrics`` shows."""
+    CAPTURE.counts = counts
+
+
+def capturer_collectors() -> list[Collector]:
+    return [CapturerCollector(lambda: CAPTURE.counts), CAPTURER_LAST_COMMIT, CAPTURER_PUBLISH_LAG]
