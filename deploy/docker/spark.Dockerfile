@@ -2,8 +2,9 @@
 # The Spark job image: `tidelake ingest` (PySpark 3.5.7 + the Hudi bundle) with Java 17 and
 # every jar of scripts/jars.txt baked in, so the job never downloads anything at run time.
 # It runs Spark in local mode (the default), or as a client of a cluster
-# (lake.spark.master: spark://…), or through `tidelake submit`. Build from the repository root:
-#   docker build -f deploy/docker/spark.Dockerfile -t tidelake-spark:dev .
+# (lake.spark.master: spark://…), or through `tidelake submit`. Build from the repository
+# root, tagged with the package version as the manifests and the release workflow name it:
+#   docker build -f deploy/docker/spark.Dockerfile -t tidelake-spark:0.1.0 .
 
 # --- the jars, fetched with Maven as scripts/setup does ---------------------------------------
 FROM maven:3.9-eclipse-temurin-17 AS jars
@@ -32,7 +33,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=jars /opt/tidelake/jars/ /opt/tidelake/jars/
 COPY --from=wheel /wheels/ /tmp/wheels/
-RUN pip install --no-cache-dir /tmp/wheels/*.whl \
+# The extras of what this image runs: PySpark, S3A/S3 staging. Versions come from the
+# wheel's own requirements.
+# hadolint ignore=DL3013
+RUN wheel="$(ls /tmp/wheels/tidelake-*.whl)" \
+ && pip install --no-cache-dir "${wheel}[spark,s3]" \
  && rm -rf /tmp/wheels \
  && useradd --uid 10001 --home-dir /var/lib/tidelake --create-home tidelake \
  && install -d -o 10001 -g 10001 /var/lib/tidelake/state

@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
-# The tidelake image: capture, stage, serve and every CLI verb that needs no JVM.
-# The ingest (PySpark + Hudi) runs in spark.Dockerfile. Build from the repository root:
-#   docker build -f deploy/docker/tidelake.Dockerfile -t tidelake:dev .
+# The tidelake image: capture, stage, serve and every CLI verb that needs no JVM; no PySpark
+# (the wheel with the `capture` and `s3` extras only). The ingest (PySpark + Hudi) runs in
+# spark.Dockerfile. Build from the repository root, tagged with the package version as the
+# manifests (deploy/compose, deploy/k8s) and the release workflow name it:
+#   docker build -f deploy/docker/tidelake.Dockerfile -t tidelake:0.1.0 .
 
 # --- the dashboard: Astro → static files shipped inside the Python package -------------------
 FROM node:20-bookworm-slim AS dashboard
@@ -28,7 +30,11 @@ LABEL org.opencontainers.image.title="tidelake" \
       org.opencontainers.image.description="tidelake capture, stager and API server" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=wheel /wheels/ /tmp/wheels/
-RUN pip install --no-cache-dir /tmp/wheels/*.whl \
+# The extras of what this image runs: binlog/pgoutput capture, S3 staging. Versions come
+# from the wheel's own requirements.
+# hadolint ignore=DL3013
+RUN wheel="$(ls /tmp/wheels/tidelake-*.whl)" \
+ && pip install --no-cache-dir "${wheel}[capture,s3]" \
  && rm -rf /tmp/wheels \
  && useradd --uid 10001 --home-dir /var/lib/tidelake --create-home tidelake \
  && install -d -o 10001 -g 10001 /var/lib/tidelake/state

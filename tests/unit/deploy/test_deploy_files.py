@@ -5,11 +5,13 @@ tidelake's own config loader for every config they carry."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 import yaml
 
 from tidelake.config import load_config
+from tidelake.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
@@ -115,26 +118,179 @@ def test_every_secret_a_pod_reads_is_in_the_secret_example() -> None:
     assert refs <= set(secret["stringData"])
 
 
-def _env_of(secret_values: dict[str, str]) -> dict[str, str]:
+#: The long-running tidelake services and what each runs (compose name, Kubernetes container).
+LOOPS = {"capture": ("capture",), "stager": ("stage",), "ingest": ("ingest", "--continuous")}
+#: The metrics/health port of every long-running loop (docs/metrics.md, docs/deployment.md).
+METRICS_PORT = 9464
+
+
+def _compose_services() -> dict[str, Any]:
+    services: dict[str, Any] = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())[
+        "services"
+    ]
+    return {n: s for n, s in services.items() if n in (*LOOPS, "serve")}
+
+
+def _k8s_containers() -> dict[str, dict[str, Any]]:
+    """Every container of every Deployment, by container name."""
     return {
-        "TIDELAKE_STORAGE__S3__ACCESS_KEY": "k",
-        "TIDELAKE_STORAGE__S3__SECRET_KEY": "s",
-        "TIDELAKE_API__TOKEN": "t",
-        **secret_values,
+        c["name"]: c
+        for d in _k8s_documents()
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
     }
 
 
-def test_the_shipped_configs_are_valid_tidelake_configs(tmp_path: Path) -> None:
-    """The compose stack's tidelake.yaml and the ConfigMap's load and validate, on object
-    storage, with their secrets from the environment only."""
+def _k8s_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's environment: plain values, and a secret's key as ``secret:<key>``."""
+    return {
+        e["name"]: str(e["value"])
+        if "value" in e
+        else f"secret:{e['valueFrom']['secretKeyRef']['key']}"
+        for e in container.get("env", [])
+    }
+
+
+def test_the_shipped_configs_are_valid_with_each_service_s_own_environment(
+    tmp_path: Path,
+) -> None:
+    """Each service loads the config it ships with exactly the variables it is given — no
+    token injected (issue 17: the shared config's `api.host: 0.0.0.0` demanded the API token
+    of every verb, and only serve had it) — on object storage, with its secrets from the
+    environment; only serve's config may listen (it has the token)."""
     configmap = next(d for d in _k8s_documents() if d["kind"] == "ConfigMap")
     k8s_config = tmp_path / "k8s.yaml"
     k8s_config.write_text(configmap["data"]["tidelake.yaml"])
-    for path in (DEPLOY / "compose" / "tidelake.yaml", k8s_config):
-        cfg = load_config(path, environ=_env_of({}))
+    envs: list[tuple[str, Path, dict[str, str]]] = []
+    for name, svc in _compose_services().items():
+        env = {
+            k: f"value-of-{k}" if "${" in str(v) else str(v)  # .env's values
+            for k, v in svc["environment"].items()
+            if k != "TIDELAKE_CONFIG"
+        }
+        envs.append((f"compose/{name}", DEPLOY / "compose" / "tidelake.yaml", env))
+    for name, container in _k8s_containers().items():
+        env = {k: f"value-of-{k}" if v.startswith("secret:") else v
+               for k, v in _k8s_env(container).items() if k != "TIDELAKE_CONFIG"}  # fmt: skip
+        envs.append((f"k8s/{name}", k8s_config, env))
+    listening = []
+    for name, path, env in envs:
+        cfg = load_config(path, environ=env)
         assert (cfg.stage_root, cfg.lake_root) == ("s3://tidelake/staging", "s3a://tidelake/lake")
-        assert cfg.storage.s3.resolved_credentials() == ("k", "s")
+        assert cfg.storage.s3.resolved_credentials() == (
+            "value-of-TIDELAKE_STORAGE__S3__ACCESS_KEY",
+            "value-of-TIDELAKE_STORAGE__S3__SECRET_KEY",
+        )
         assert cfg.lake_state_dir == Path("/var/lib/tidelake/state")
+        with contextlib.suppress(ConfigError):
+            cfg.api.require_token_to_listen()
+            listening.append(name)
+    assert ["compose/serve", "k8s/serve"] == listening
+
+
+def test_only_serve_gets_the_api_token() -> None:
+    """The API token reaches the one process that listens on the API, in both stacks."""
+    compose = sorted(n for n, s in _compose_services().items()
+                     if "TIDELAKE_API__TOKEN" in s["environment"])  # fmt: skip
+    k8s = sorted(n for n, c in _k8s_containers().items() if "TIDELAKE_API__TOKEN" in _k8s_env(c))
+    assert (["serve"], ["serve"]) == (compose, k8s)
+
+
+def test_every_long_running_loop_has_health_probes_on_its_metrics_port() -> None:
+    """Stager, capture and ingest serve /healthz on 9464 on the pod's address and Kubernetes
+    probes it (startup, liveness, readiness) — compose runs the same check as a healthcheck;
+    serve probes /api/health on its API port and has no metrics port (it shares the ingest's
+    pod network). The ingest's health bound exceeds a long commit (inline compaction)."""
+    containers = _k8s_containers()
+    compose = _compose_services()
+    seen = {}
+    for name in LOOPS:
+        container = containers[name]
+        env = _k8s_env(container)
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        probes = {
+            kind: (container[f"{kind}Probe"]["httpGet"]["path"],
+                   ports[container[f"{kind}Probe"]["httpGet"]["port"]])
+            for kind in ("startup", "liveness", "readiness")
+        }  # fmt: skip
+        svc = compose[name]
+        seen[name] = (
+            tuple(container["args"]),
+            tuple(svc["command"]),
+            env["TIDELAKE_METRICS__PORT"],
+            env["TIDELAKE_METRICS__HOST"],
+            str(svc["environment"]["TIDELAKE_METRICS__PORT"]),
+            str(svc["environment"]["TIDELAKE_METRICS__HOST"]),
+            set(probes.values()),
+            f"http://127.0.0.1:{METRICS_PORT}/healthz" in " ".join(svc["healthcheck"]["test"]),
+        )
+    expected = {
+        name: (verb, verb, str(METRICS_PORT), "0.0.0.0", str(METRICS_PORT), "0.0.0.0",
+               {("/healthz", METRICS_PORT)}, True)
+        for name, verb in LOOPS.items()
+    }  # fmt: skip
+    assert expected == seen
+    serve = containers["serve"]
+    assert "TIDELAKE_METRICS__PORT" not in _k8s_env(serve)
+    assert "TIDELAKE_METRICS__PORT" not in compose["serve"]["environment"]
+    for kind in ("startup", "liveness", "readiness"):
+        assert {"path": "/api/health", "port": "http"} == serve[f"{kind}Probe"]["httpGet"]
+    assert "http://127.0.0.1:8321/api/health" in " ".join(compose["serve"]["healthcheck"]["test"])
+    # A commit of the ingest may take minutes: its bound is 15 minutes, not the default 5, in
+    # both stacks, and the liveness probe adds its own failures on top.
+    ingest_bounds = (
+        float(_k8s_env(containers["ingest"])["TIDELAKE_METRICS__HEALTHY_WITHIN_S"]),
+        float(compose["ingest"]["environment"]["TIDELAKE_METRICS__HEALTHY_WITHIN_S"]),
+    )
+    assert (900.0, 900.0) == ingest_bounds
+
+
+def test_images_are_tagged_with_the_package_version_the_release_pushes() -> None:
+    """No `:latest` that nothing builds: the manifests, the kustomization and compose's
+    defaults name both images at the package version, which the release workflow pushes
+    (docker/metadata-action's semver tag of a `v<version>` tag)."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    tags = {i["name"].rsplit("/", 1)[1]: i["newTag"] for i in kustomization["images"]}
+    in_manifests = {c["image"].rsplit("/", 1)[1] for c in _k8s_containers().values()}
+    compose = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())["services"]
+    in_compose = {re.sub(r"\$\{\w+:-(.+)\}", r"\1", compose[n]["image"]) for n in (*LOOPS, "serve")}
+    expected_images = {f"tidelake:{version}", f"tidelake-spark:{version}"}
+    assert (
+        {"tidelake": version, "tidelake-spark": version},
+        expected_images,
+        expected_images,
+    ) == (tags, in_manifests, in_compose)
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert "type=semver,pattern={{version}}" in workflow
+    deploy_text = "\n".join(p.read_text() for p in DEPLOY.rglob("*") if p.is_file())
+    assert ":latest" not in deploy_text
+
+
+def test_the_light_image_has_no_pyspark_and_the_spark_image_has_it() -> None:
+    """Both images install the wheel with the extras of what they run: the tidelake image
+    capture and S3 (no PySpark), the Spark image Spark and S3."""
+    extras = {
+        p.name: re.findall(r'pip install [^\n]*"\$\{wheel\}\[([\w,]+)\]"', p.read_text())
+        for p in (DEPLOY / "docker").glob("*.Dockerfile")
+    }
+    assert {"tidelake.Dockerfile": ["capture,s3"], "spark.Dockerfile": ["spark,s3"]} == extras
+
+
+def test_every_object_is_in_the_namespace_the_kustomization_creates_first() -> None:
+    """`kubectl apply -k` creates the Namespace first and puts every object in it (the
+    Secret the operator creates beforehand goes into the namespace applied on its own)."""
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    assert ("tidelake", "namespace.yaml") == (
+        kustomization["namespace"],
+        kustomization["resources"][0],
+    )
+    namespaces = {
+        (d["kind"], d["metadata"].get("namespace"))
+        for d in _k8s_documents()
+        if d["kind"] not in ("Kustomization", "Namespace")
+    }
+    assert {"tidelake"} == {ns for _, ns in namespaces}
 
 
 def test_compose_stack_is_consistent() -> None:
