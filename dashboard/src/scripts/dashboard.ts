@@ -1,29 +1,39 @@
-// Polls GET /api/status and renders it. The history behind the charts (throughput and
-// freshness over time) lives only in this page: it starts when the page opens.
+// The dashboard's behaviour: polls GET /api/status for the current state and the history
+// routes for the charts (built by the server from the durable record, so a reload shows the
+// past at once), and draws the charts with uPlot.
 //
-// URL parameters: ?interval=<ms> (default 2000), ?token=<bearer token> (kept in
-// localStorage; needed when the server requires one), ?api=<base url> (default: same origin).
+// Views: "#/" the overview, "#/table/<db>.<table>" one table.
+// URL parameters: ?interval=<ms> (status poll, default 2000), ?window=<s> (chart window,
+// default 3600), ?token=<bearer token> (kept in localStorage; needed when the server requires
+// one), ?api=<base url> (default: same origin).
+
+import uPlot from "uplot";
 
 type Json = Record<string, any>;
-
-interface Point {
-  t: number;
-  events: Record<string, number>;
-  freshness: Record<string, number | null>;
-}
-
-const HISTORY = 180;
-const COLORS = ["#58a6ff", "#3fb950", "#d29922", "#bc8cff", "#f85149", "#39c5cf", "#ff9bce"];
+type Series = (number | null)[];
 
 const params = new URLSearchParams(location.search);
 const intervalMs = Math.max(200, Number(params.get("interval") ?? 2000) || 2000);
+/** The charts change per bucket (10 s at the finest): no need to ask more often. */
+const historyEveryMs = Math.max(intervalMs, 5000);
 const apiBase = (params.get("api") ?? "").replace(/\/$/, "");
 if (params.get("token")) localStorage.setItem("tidelake-token", params.get("token") ?? "");
 const token = localStorage.getItem("tidelake-token");
+let windowS = Number(params.get("window") ?? localStorage.getItem("tidelake-window") ?? 3600) || 3600;
 
-const history: Point[] = [];
+const C = {
+  blue: "#58a6ff",
+  green: "#3fb950",
+  yellow: "#d29922",
+  red: "#f85149",
+  magenta: "#bc8cff",
+  cyan: "#39c5cf",
+  muted: "#8b96a5",
+  grid: "#253040",
+};
+
 let lastOk: number | null = null;
-const colorOf: Record<string, string> = {};
+let lastStatus: Json | null = null;
 
 const $ = (id: string): HTMLElement => document.getElementById(id) as HTMLElement;
 
@@ -32,7 +42,8 @@ function esc(v: unknown): string {
 }
 
 function secs(v: number | null | undefined): string {
-  if (v === null || v === undefined) return "-";
+  if (v === null || v === undefined || Number.isNaN(v)) return "-";
+  if (v < 1) return `${Math.round(v * 1000)} ms`;
   if (v < 10) return `${v.toFixed(1)} s`;
   if (v < 120) return `${Math.round(v)} s`;
   if (v < 7200) return `${Math.round(v / 60)} min`;
@@ -43,6 +54,14 @@ function num(v: number | null | undefined): string {
   return v === null || v === undefined ? "-" : Math.round(v).toLocaleString("en");
 }
 
+/** A rate with a sensible number of digits. */
+function rate(v: number | null | undefined): string {
+  if (v === null || v === undefined) return "-";
+  if (v === 0) return "0/s";
+  if (v < 10) return `${v.toFixed(1)}/s`;
+  return `${num(v)}/s`;
+}
+
 function clock(ms: number | null | undefined): string {
   return ms ? new Date(ms).toISOString().slice(11, 19) : "-";
 }
@@ -51,23 +70,12 @@ function headers(): HeadersInit {
   return token ? { Authorization: `Bearer ${token}` } : {};
 }
 
-function color(table: string): string {
-  if (!colorOf[table]) colorOf[table] = COLORS[Object.keys(colorOf).length % COLORS.length];
-  return colorOf[table];
-}
-
-/** Events per second of each table between the two newest polls that differ in time. */
-function throughput(): Record<string, number> {
-  const out: Record<string, number> = {};
-  if (history.length < 2) return out;
-  const a = history[Math.max(0, history.length - 6)];
-  const b = history[history.length - 1];
-  const dt = (b.t - a.t) / 1000;
-  if (dt <= 0) return out;
-  for (const [table, n] of Object.entries(b.events)) {
-    out[table] = Math.max(0, (n - (a.events[table] ?? n)) / dt);
-  }
-  return out;
+async function getJson(path: string): Promise<Response> {
+  return fetch(`${apiBase}${path}`, {
+    headers: headers(),
+    cache: "no-store",
+    signal: AbortSignal.timeout(Math.max(5000, intervalMs * 3)),
+  });
 }
 
 function setBanner(kind: string, text: string): void {
@@ -77,16 +85,236 @@ function setBanner(kind: string, text: string): void {
   banner.hidden = kind === "none";
 }
 
-function render(s: Json): void {
-  const now = Date.now();
-  history.push({
-    t: now,
-    events: Object.fromEntries(s.tables.map((t: Json) => [t.table, t.events])),
-    freshness: Object.fromEntries(s.tables.map((t: Json) => [t.table, t.freshness_s])),
-  });
-  while (history.length > HISTORY) history.shift();
-  const rates = throughput();
+// --- charts ----------------------------------------------------------------------------------
 
+interface Line {
+  label: string;
+  color: string;
+  /** Draw across buckets without a value (lag and duration exist only where commits are). */
+  span?: boolean;
+  fill?: boolean;
+}
+
+interface Chart {
+  plot: uPlot | null;
+  el: HTMLElement;
+  lines: Line[];
+  fmt: (v: number) => string;
+  x: [number, number];
+}
+
+const charts: Record<string, Chart> = {};
+
+function utc(ts: number): Date {
+  return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
+}
+
+/** An x tick: "HH:MM" in UTC, or "MM-DD" at midnight. */
+function timeLabel(ts: number): string {
+  const iso = new Date(ts * 1000).toISOString();
+  const hm = iso.slice(11, 16);
+  return hm === "00:00" ? iso.slice(5, 10) : hm;
+}
+
+function chart(id: string, lines: Line[], fmt: (v: number) => string): Chart {
+  if (charts[id]) return charts[id];
+  const c: Chart = { plot: null, el: $(id), lines, fmt, x: [0, 1] };
+  charts[id] = c;
+  return c;
+}
+
+function build(c: Chart, data: uPlot.AlignedData): uPlot {
+  const axis = {
+    stroke: C.muted,
+    grid: { stroke: C.grid, width: 1 },
+    ticks: { stroke: C.grid, width: 1 },
+    font: "11px system-ui, sans-serif",
+  };
+  const opts: uPlot.Options = {
+    width: Math.max(200, c.el.clientWidth),
+    height: 190,
+    tzDate: utc,
+    cursor: { drag: { x: false, y: false } },
+    scales: {
+      x: { time: true, range: () => c.x },
+      y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.15 : 1] },
+    },
+    axes: [
+      {
+        ...axis,
+        // Our own labels (UTC, the day where a day starts), also kept for the browser tests:
+        // uPlot draws axes on a canvas.
+        values: (_u, ticks) => {
+          const labels = ticks.map(timeLabel);
+          c.el.dataset.xTicks = labels.join(" ");
+          return labels;
+        },
+      },
+      {
+        ...axis,
+        size: 64,
+        values: (_u, ticks) => {
+          const labels = ticks.map((v) => c.fmt(v));
+          c.el.dataset.yTicks = labels.join(" ");
+          return labels;
+        },
+      },
+    ],
+    series: [
+      { value: (_u, v) => (v == null ? "-" : utc(v).toISOString().slice(11, 19)) },
+      ...c.lines.map((l) => ({
+        label: l.label,
+        stroke: l.color,
+        width: 2,
+        fill: l.fill ? `${l.color}26` : undefined,
+        spanGaps: l.span ?? false,
+        points: { size: 5 },
+        value: (_u: uPlot, v: number | null) => (v == null ? "-" : c.fmt(v)),
+      })),
+    ],
+  };
+  const plot = new uPlot(opts, data, c.el);
+  new ResizeObserver(() => {
+    const w = Math.max(200, c.el.clientWidth);
+    if (Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: 190 });
+  }).observe(c.el);
+  return plot;
+}
+
+/** Draw ``series`` (one per line) over the bucket times ``t`` (Unix s) of a history answer. */
+function draw(c: Chart, h: Json, series: Series[]): void {
+  const t: number[] = h.t;
+  c.x = [t[0], h.now_ms / 1000];
+  const data = [t, ...series] as uPlot.AlignedData;
+  // A chart built while its view is hidden gets its width from the ResizeObserver once shown.
+  if (c.plot === null) c.plot = build(c, data);
+  else c.plot.setData(data);
+  // What the browser tests read: how many buckets hold a value, and the oldest of them.
+  const known = t.filter((_x, i) => series.some((s) => s[i] !== null && s[i] !== undefined));
+  c.el.dataset.points = String(known.length);
+  c.el.classList.toggle("empty", known.length === 0);
+  c.el.dataset.firstMs = known.length ? String(known[0] * 1000) : "";
+}
+
+const fmtRate = (v: number): string => (v >= 1000 ? `${(v / 1000).toFixed(1)}k/s` : `${+v.toFixed(2)}/s`);
+const fmtSecs = (v: number): string => secs(v);
+const fmtCount = (v: number): string => num(v);
+
+function drawOverview(h: Json): void {
+  const s = h.series;
+  draw(
+    chart("chart-throughput", [
+      { label: "staged", color: C.blue },
+      { label: "committed", color: C.green, fill: true },
+    ], fmtRate),
+    h,
+    [s.staged_per_s, s.committed_per_s],
+  );
+  draw(
+    chart("chart-lag", [
+      { label: "p50", color: C.blue, span: true },
+      { label: "p99", color: C.yellow, span: true },
+    ], fmtSecs),
+    h,
+    [s.lag_p50_s, s.lag_p99_s],
+  );
+  draw(
+    chart("chart-duration", [
+      { label: "p50", color: C.magenta, span: true },
+      { label: "max", color: C.red, span: true },
+    ], fmtSecs),
+    h,
+    [s.duration_p50_s, s.duration_max_s],
+  );
+  draw(
+    chart("chart-dlq", [
+      { label: "dead letters", color: C.red, fill: true },
+      { label: "consumer pending", color: C.cyan },
+    ], fmtCount),
+    h,
+    [s.dlq_messages, s.consumer_pending],
+  );
+  const last = [...s.committed_per_s].reverse().find((v: number | null) => v !== null);
+  $("card-throughput").textContent = rate(last ?? null);
+  const since = h.sampled_since_ms;
+  $("history-note").textContent =
+    `window ${secs(h.window_s)}, ${h.step_s} s buckets, rates averaged over ${secs(h.smooth_s)}; ` +
+    `${num(h.commits_in_window)} commits in the window (commits.jsonl)` +
+    (since ? `; staged, dead letters and backlog sampled by serve since ${new Date(since).toISOString().slice(0, 16).replace("T", " ")} UTC` : "; serve has taken no sample yet");
+}
+
+function drawTable(h: Json): void {
+  const s = h.series;
+  draw(chart("chart-table-rate", [{ label: "committed", color: C.green, fill: true }], fmtRate), h, [
+    s.committed_per_s,
+  ]);
+  draw(
+    chart("chart-table-lag", [
+      { label: "p50", color: C.blue, span: true },
+      { label: "p99", color: C.yellow, span: true },
+    ], fmtSecs),
+    h,
+    [s.lag_p50_s, s.lag_p99_s],
+  );
+  draw(
+    chart("chart-table-duration", [
+      { label: "p50", color: C.magenta, span: true },
+      { label: "max", color: C.red, span: true },
+    ], fmtSecs),
+    h,
+    [s.duration_p50_s, s.duration_max_s],
+  );
+  $("table-commits-body").innerHTML = h.recent_commits.length
+    ? h.recent_commits
+        .map(
+          (c: Json) => `<tr><td>${clock(c.committed_at_ms)}</td><td>${esc(c.instant ?? "-")}</td>
+          <td>${num(c.events)}</td><td>${num(c.upserts)}</td><td>${num(c.deletes)}</td>
+          <td>${num(c.seq)}</td>
+          <td>${c.max_commit_ts_ms ? secs((c.committed_at_ms - c.max_commit_ts_ms) / 1000) : "-"}</td>
+          <td>${num(c.duration_ms)} ms</td></tr>`,
+        )
+        .join("")
+    : `<tr><td colspan="8" class="muted">no commit yet</td></tr>`;
+  $("table-ddl-body").innerHTML = h.ddl.length
+    ? h.ddl
+        .map(
+          (d: Json) => `<tr data-ddl-seq="${d.seq}"><td>${clock(d.committed_at_ms)}</td>
+          <td>${esc(d.ddl_type ?? "")}</td><td>${num(d.seq)}</td>
+          <td class="wrap">${esc(d.ddl_action ?? "")}${
+            d.ddl_changes?.length ? `: ${esc(d.ddl_changes.join(", "))}` : ""
+          }</td></tr>`,
+        )
+        .join("")
+    : `<tr><td colspan="4" class="muted">none in the window</td></tr>`;
+  const blocked = $("table-blocked");
+  blocked.hidden = !h.blocked_ddl;
+  if (h.blocked_ddl) {
+    const b = h.blocked_ddl;
+    blocked.textContent = `waits on the DDL at seq ${b.seq}: ${b.ddl ?? ""} — ${b.reason} (tidelake table skip-ddl)`;
+  }
+}
+
+async function pollHistory(): Promise<void> {
+  const table = currentTable();
+  const path = table
+    ? `/api/tables/${encodeURIComponent(table)}/history?window=${windowS}`
+    : `/api/history?window=${windowS}`;
+  try {
+    const resp = await getJson(path);
+    if (!resp.ok) return;
+    const h = await resp.json();
+    if (table !== currentTable()) return; // the view changed meanwhile
+    if (table) drawTable(h);
+    else drawOverview(h);
+  } catch {
+    // The status poll reports an unreachable API.
+  }
+}
+
+// --- the status ------------------------------------------------------------------------------
+
+function render(s: Json): void {
+  lastStatus = s;
   const state = $("pipeline-state");
   state.textContent = s.state;
   state.dataset.state = s.state;
@@ -102,8 +330,6 @@ function render(s: Json): void {
   }
 
   $("card-freshness").textContent = secs(s.freshness_s);
-  const total = Object.values(rates).reduce((x, y) => x + y, 0);
-  $("card-throughput").textContent = history.length > 1 ? `${num(total)}/s` : "-";
   const c = s.bus?.consumer ?? {};
   $("card-pending").textContent = s.bus.up ? num(c.pending) : "?";
   $("card-ack-pending").textContent = s.bus.up ? num(c.ack_pending) : "?";
@@ -111,15 +337,14 @@ function render(s: Json): void {
   $("card-staged").textContent = num(s.stage.staged);
 
   const rows = s.tables.map((t: Json) => {
-    const paused = t.state === "paused";
-    const action = paused ? "resume" : "pause";
+    const action = t.state === "paused" ? "resume" : "pause";
     return `<tr data-table-row="${esc(t.table)}">
-      <td><span style="color:${color(t.table)}">■</span> ${esc(t.table)}</td>
+      <td><a class="name" href="#/table/${encodeURIComponent(t.table)}" title="${esc(t.table)}"
+        data-testid="link-${esc(t.table)}">${esc(t.table)}</a></td>
       <td data-state="${esc(t.state)}" data-testid="state-${esc(t.table)}">${esc(t.state)}</td>
       <td data-testid="freshness-${esc(t.table)}" data-value="${t.freshness_s ?? ""}">${secs(t.freshness_s)}</td>
       <td>${secs(t.lag_s)}</td>
       <td>${secs(t.capture_lag_s)}</td>
-      <td>${rates[t.table] === undefined ? "-" : num(rates[t.table]) + "/s"}</td>
       <td>${num(t.checkpoint_seq)}</td>
       <td>${num(t.stream_last_seq)}</td>
       <td>${num(t.upserts)}</td>
@@ -132,12 +357,13 @@ function render(s: Json): void {
   });
   $("tables-body").innerHTML = rows.length
     ? rows.join("")
-    : `<tr><td colspan="13" class="muted">no table yet</td></tr>`;
+    : `<tr><td colspan="12" class="muted">no table yet</td></tr>`;
 
   $("commits-body").innerHTML = s.recent_commits
     .slice(0, 12)
     .map(
-      (c: Json) => `<tr><td>${clock(c.committed_at_ms)}</td><td>${esc(c.table)}</td>
+      (c: Json) => `<tr><td>${clock(c.committed_at_ms)}</td>
+        <td><a class="name" href="#/table/${encodeURIComponent(c.table)}" title="${esc(c.table)}">${esc(c.table)}</a></td>
         <td>${num(c.events)}</td><td>${num(c.upserts)}</td><td>${num(c.deletes)}</td>
         <td>${num(c.seq)}</td><td>${num(c.duration_ms)} ms</td></tr>`,
     )
@@ -157,50 +383,33 @@ function render(s: Json): void {
         .join("")
     : `<li class="muted">none</li>`;
 
-  drawCharts(s.tables.map((t: Json) => t.table));
+  renderTablePage();
 }
 
-function drawSeries(svgId: string, series: Record<string, (number | null)[]>, times: number[]): void {
-  const svg = $(svgId);
-  const w = 600;
-  const h = 160;
-  const values = Object.values(series).flat().filter((v): v is number => v !== null);
-  const max = Math.max(1, ...values) * 1.1;
-  const t0 = times[0] ?? 0;
-  const span = Math.max(1, (times[times.length - 1] ?? 1) - t0);
-  const paths = Object.entries(series).map(([table, ys]) => {
-    let d = "";
-    ys.forEach((y, i) => {
-      if (y === null) return;
-      const x = ((times[i] - t0) / span) * w;
-      d += `${d ? "L" : "M"}${x.toFixed(1)},${(h - (y / max) * (h - 10)).toFixed(1)}`;
-    });
-    return `<path d="${d}" fill="none" stroke="${color(table)}" stroke-width="2" />`;
-  });
-  svg.innerHTML =
-    `<text x="4" y="12" fill="#8b96a5" font-size="11">${max.toFixed(1)}</text>` + paths.join("");
-}
-
-function drawCharts(tables: string[]): void {
-  const times = history.map((p) => p.t);
-  const rate: Record<string, (number | null)[]> = {};
-  const fresh: Record<string, (number | null)[]> = {};
-  for (const table of tables) {
-    rate[table] = history.map((p, i) => {
-      if (i === 0) return null;
-      const prev = history[i - 1];
-      const dt = (p.t - prev.t) / 1000;
-      const a = prev.events[table];
-      const b = p.events[table];
-      return dt > 0 && a !== undefined && b !== undefined ? Math.max(0, (b - a) / dt) : null;
-    });
-    fresh[table] = history.map((p) => p.freshness[table] ?? null);
-  }
-  drawSeries("chart-throughput", rate, times);
-  drawSeries("chart-freshness", fresh, times);
-  $("legend").innerHTML = tables
-    .map((t) => `<span style="--c:${color(t)}">${esc(t)}</span>`)
-    .join("");
+/** The table page's current state (from the last status). */
+function renderTablePage(): void {
+  const name = currentTable();
+  if (!name || !lastStatus) return;
+  const t = lastStatus.tables.find((x: Json) => x.table === name);
+  $("table-title").textContent = name;
+  const state = $("table-state");
+  state.textContent = t ? t.state : "unknown table";
+  state.dataset.state = t ? t.state : "unknown";
+  const button = $("table-control") as HTMLButtonElement;
+  button.hidden = !t;
+  const action = t?.state === "paused" ? "resume" : "pause";
+  button.textContent = action;
+  button.dataset.action = action;
+  button.dataset.table = name;
+  const paused = $("table-paused");
+  paused.hidden = !t?.paused;
+  paused.textContent = t?.paused ? `paused: ${t.paused}` : "";
+  $("tcard-freshness").textContent = secs(t?.freshness_s);
+  $("tcard-lag").textContent = secs(t?.lag_s);
+  $("tcard-checkpoint").textContent = num(t?.checkpoint_seq);
+  $("tcard-stream").textContent = num(t?.stream_last_seq);
+  $("tcard-schema").textContent = num(t?.schema_version);
+  $("tcard-commits").textContent = t ? `${num(t.commits)} / ${num(t.events)}` : "-";
 }
 
 function unreachable(reason: string): void {
@@ -213,11 +422,7 @@ function unreachable(reason: string): void {
 
 async function poll(): Promise<void> {
   try {
-    const resp = await fetch(`${apiBase}/api/status`, {
-      headers: headers(),
-      cache: "no-store",
-      signal: AbortSignal.timeout(Math.max(5000, intervalMs * 3)),
-    });
+    const resp = await getJson("/api/status");
     if (resp.status === 401) {
       unreachable("unauthorized: open the page with ?token=<api token>");
       return;
@@ -260,7 +465,7 @@ let explorerNext: number | null = null;
 async function pollDeadLetters(s: Json): Promise<void> {
   if (!s.bus.up) return;
   if (polls++ % 5 !== 0 && String(s.bus.dlq?.messages) === $("dlq-body").dataset.count) return;
-  const resp = await fetch(`${apiBase}/api/dlq?limit=20`, { headers: headers(), cache: "no-store" });
+  const resp = await getJson("/api/dlq?limit=20");
   if (!resp.ok) return;
   const page = await resp.json();
   $("dlq-body").dataset.count = String(s.bus.dlq?.messages);
@@ -268,8 +473,9 @@ async function pollDeadLetters(s: Json): Promise<void> {
     ? page.messages
         .map(
           (m: Json) => `<tr data-dlq="${m.dlq_seq}"><td>${m.dlq_seq}</td><td>${clock(m.time_ms)}</td>
-          <td>${esc(m.original_subject)}</td><td>${num(m.original_seq)}</td>
-          <td title="${esc(m.reason)}">${esc(String(m.reason ?? "").slice(0, 60))}</td>
+          <td class="ellipsis" title="${esc(m.original_subject)}">${esc(m.original_subject)}</td>
+          <td>${num(m.original_seq)}</td>
+          <td class="ellipsis" title="${esc(m.reason)}">${esc(m.reason)}</td>
           <td><button data-dlq-action="replay" data-seq="${m.dlq_seq}">replay</button>
           <button data-dlq-action="discard" data-seq="${m.dlq_seq}">discard</button></td></tr>`,
         )
@@ -290,7 +496,7 @@ async function explore(startSeq: number | null): Promise<void> {
   const table = ($("explorer-table") as HTMLSelectElement).value;
   if (table) q.set("table", table);
   if (startSeq) q.set("start_seq", String(startSeq));
-  const resp = await fetch(`${apiBase}/api/messages?${q}`, { headers: headers(), cache: "no-store" });
+  const resp = await getJson(`/api/messages?${q}`);
   if (!resp.ok) {
     $("messages-body").innerHTML = `<tr><td colspan="6">HTTP ${resp.status}</td></tr>`;
     return;
@@ -300,11 +506,43 @@ async function explore(startSeq: number | null): Promise<void> {
   $("explorer-next").hidden = !explorerNext;
   $("messages-body").innerHTML = page.messages
     .map(
-      (m: Json) => `<tr data-seq="${m.seq}"><td>${m.seq}</td><td>${clock(m.time_ms)}</td>
-        <td>${esc(m.table ?? m.subject)}</td><td>${num(m.size)}</td>
+      (m: Json) => `<tr data-seq="${m.seq}" class="clickable"><td>${m.seq}</td><td>${clock(m.time_ms)}</td>
+        <td class="ellipsis" title="${esc(m.subject)}">${esc(m.table ?? m.subject)}</td><td>${num(m.size)}</td>
         <td data-state="${esc(m.state)}">${esc(m.state)}</td><td>${m.in_lake ? "yes" : "no"}</td></tr>`,
     )
     .join("");
+}
+
+/** The whole message beside the list: headers and payload, wrapped within the panel. */
+async function showMessage(seq: string): Promise<void> {
+  const resp = await getJson(`/api/messages/${seq}`);
+  const panel = $("message-detail");
+  panel.hidden = false;
+  $("message-detail-title").textContent = `message ${seq}`;
+  if (!resp.ok) {
+    $("message-detail-meta").innerHTML = "";
+    $("message-detail-payload").textContent = `HTTP ${resp.status}`;
+    return;
+  }
+  const m = await resp.json();
+  const meta: [string, unknown][] = [
+    ["subject", m.subject],
+    ["table", m.table],
+    ["stored", m.time_ms ? new Date(m.time_ms).toISOString() : "-"],
+    ["stager", m.state],
+    ["size", `${num(m.size)} bytes`],
+    ...Object.entries(m.headers ?? {}),
+  ];
+  $("message-detail-meta").innerHTML = meta
+    .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`)
+    .join("");
+  let payload = String(m.payload ?? "");
+  try {
+    payload = JSON.stringify(JSON.parse(payload), null, 2);
+  } catch {
+    // not JSON (a dead letter's cause, say): shown as it is
+  }
+  $("message-detail-payload").textContent = payload;
 }
 
 function syncTableChoices(s: Json): void {
@@ -315,13 +553,48 @@ function syncTableChoices(s: Json): void {
   }
 }
 
+// --- views -----------------------------------------------------------------------------------
+
+function currentTable(): string | null {
+  const m = location.hash.match(/^#\/table\/(.+)$/);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function route(): void {
+  const table = currentTable();
+  $("view-overview").hidden = table !== null;
+  $("view-table").hidden = table === null;
+  document.title = table ? `${table} · tidelake` : "tidelake";
+  renderTablePage();
+  void pollHistory();
+}
+
+function markWindow(): void {
+  for (const b of Array.from($("windows").querySelectorAll("button"))) {
+    b.classList.toggle("active", Number(b.dataset.window) === windowS);
+  }
+}
+
 export function start(): void {
   $("interval").textContent = String(intervalMs / 1000);
+  markWindow();
+  $("windows").addEventListener("click", (ev) => {
+    const w = Number((ev.target as HTMLElement).dataset.window);
+    if (!w) return;
+    windowS = w;
+    localStorage.setItem("tidelake-window", String(w));
+    markWindow();
+    void pollHistory();
+  });
   $("tables-body").addEventListener("click", (ev) => {
     const target = ev.target as HTMLElement;
     if (target.tagName === "BUTTON" && target.dataset.action && target.dataset.table) {
       void control(target.dataset.action, target.dataset.table);
     }
+  });
+  $("table-control").addEventListener("click", (ev) => {
+    const b = ev.target as HTMLElement;
+    if (b.dataset.action && b.dataset.table) void control(b.dataset.action, b.dataset.table);
   });
   $("dlq-body").addEventListener("click", (ev) => {
     const target = ev.target as HTMLElement;
@@ -329,15 +602,25 @@ export function start(): void {
       void deadLetter(target.dataset.dlqAction, target.dataset.seq);
     }
   });
+  $("messages-body").addEventListener("click", (ev) => {
+    const row = (ev.target as HTMLElement).closest("tr");
+    if (row?.dataset.seq) void showMessage(row.dataset.seq);
+  });
+  $("message-detail-close").addEventListener("click", () => {
+    $("message-detail").hidden = true;
+  });
   $("explorer").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const seq = Number(($("explorer-seq") as HTMLInputElement).value) || null;
     void explore(seq);
   });
   $("explorer-next").addEventListener("click", () => void explore(explorerNext));
+  window.addEventListener("hashchange", route);
+  route();
   const loop = async (): Promise<void> => {
     await poll();
     setTimeout(loop, intervalMs);
   };
   void loop();
+  setInterval(() => void pollHistory(), historyEveryMs);
 }

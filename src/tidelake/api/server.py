@@ -187,10 +187,13 @@ def create_app(
         step: StepQuery = None,
         smooth: SmoothQuery = None,
     ) -> dict[str, Any]:
-        """One table over time (committed changes/s, lag, duration) with its DDL history
-        and the DDL it waits on, if any."""
+        """One table over time (committed changes/s, lag, duration) with its DDL history,
+        its last commits and the DDL it waits on, if any."""
         out = await asyncio.to_thread(hist.query, window, step, smooth, table)
-        out = {**out, "blocked_ddl": None}
+        await mon.snapshot()  # the recent commits as of now
+        held = mon.lake.tables.get(table)
+        recent = list(held.recent)[::-1] if held is not None else []
+        out = {**out, "blocked_ddl": None, "recent_commits": [c.model_dump() for c in recent]}
         try:
             blocked = mon.lake.ledger.blocked().get(table)
         except LedgerError:  # /api/status names the unreadable file

@@ -1,5 +1,6 @@
-"""The dashboard in headless chromium: healthy, stale and API-down states, and a running
-pipeline whose table freshness the page follows.
+"""The dashboard in headless chromium: healthy, stale and API-down states, the charts'
+history after a reload and a restart of serve, the per-table page, the message explorer
+within the page, and a running pipeline whose table freshness the page follows.
 
 The three states are built from the real record a pipeline leaves (a real nats-server with
 the stream, ``commits.jsonl``, heartbeat files) behind a real ``tidelake serve``; the last
@@ -9,11 +10,13 @@ test runs the whole pipeline (stager, ingest on Spark + Hudi, serve) the way the
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 from apikit import (
@@ -28,11 +31,13 @@ from apikit import (
 from browserkit import screenshot
 from playwright.sync_api import Page, expect
 
+from tidelake.api.history import Sample, history_dir
 from tidelake.bus import dlq
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.bus.server import EmbeddedNats, free_port
 from tidelake.config import load_config
+from tidelake.lake.ledger import BlockedDdl, Ledger
 from tidelake.pipeline.processes import StageProcess
 from tidelake.runtime.heartbeat import write_heartbeat
 
@@ -49,6 +54,7 @@ class Site:
     serve: StageProcess
     config_path: Path
     nats: EmbeddedNats
+    port: int
 
     def beat(self) -> None:
         """Heartbeats of a live stager and ingest."""
@@ -69,6 +75,63 @@ class Site:
         with (self.lake_state / "commits.jsonl").open("ab") as f:
             f.write(orjson.dumps(line) + b"\n")
 
+    def past(self, minutes: int) -> int:
+        """A history of ``minutes``: a commit of each table every 30 s (varying events, lag
+        and duration, one DDL) in the commit log, and serve's samples every 5 s (staged
+        counts, a dead-letter episode, the consumer's backlog) as an earlier serve left them.
+        Returns the time of the oldest commit (ms)."""
+        now = int(time.time() * 1000)
+        start = now - minutes * 60_000
+        lines = []
+        for i in range(minutes * 2):
+            t = start + i * 30_000
+            for k, table in enumerate(("shop.orders", "shop.items")):
+                wave = (i + 7 * k) % 12
+                lines.append(
+                    {
+                        "table": table,
+                        "seq": 1,
+                        "events": 200 + 60 * wave + 150 * k,
+                        "upserts": 200,
+                        "deletes": 0,
+                        "committed_at_ms": t + k * 4000,
+                        "max_commit_ts_ms": t + k * 4000 - 1500 - 250 * wave,
+                        "duration_ms": 700 + 40 * wave,
+                    }
+                )
+        lines.insert(
+            len(lines) // 2,
+            {
+                "table": "shop.items",
+                "seq": 1,
+                "ddl": 1,
+                "ddl_type": "ALTER",
+                "ddl_action": "add_column",
+                "ddl_changes": ["add column note varchar(64)"],
+                "committed_at_ms": start + minutes * 30_000,
+                "duration_ms": 2400,
+            },
+        )
+        with (self.lake_state / "commits.jsonl").open("ab") as f:
+            f.write(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+        ring = history_dir(load_config(self.config_path, environ={}))
+        ring.mkdir(parents=True, exist_ok=True)
+        samples, staged = [], 0
+        for i in range(minutes * 12):
+            t = start + i * 5000
+            staged += 40 + (i % 24) * 3
+            dlq_depth = 2 if minutes * 4 < i < minutes * 7 else 0
+            samples.append(Sample(t, staged, staged, 0, dlq_depth, (i * 37) % 90, 5))
+        (ring / "history.jsonl").write_bytes(b"".join(x.dumps() + b"\n" for x in samples))
+        return start
+
+    def restart_serve(self) -> None:
+        """Stop serve and start it again on the same port (a restart loses nothing)."""
+        self.serve.stop(timeout_s=10)
+        env = {"TIDELAKE_CONFIG": str(self.config_path)}
+        home = self.config_path.parent
+        self.serve = start_serve(self.config_path, home, self.port, env, "--stale-after", "30")
+
 
 @pytest.fixture(scope="module")
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
@@ -79,7 +142,7 @@ def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
 @pytest.fixture
 def site(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Callable[..., Site]]:
     """``site(messages={table: n})``: a stream holding ``n`` messages per table, and serve."""
-    started: list[StageProcess] = []
+    started: list[Site] = []
 
     def make(messages: dict[str, int]) -> Site:
         n = next(_sites)
@@ -112,21 +175,23 @@ def site(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Callable[..., Site]]:
         serve = start_serve(
             config_path, home, port, {"TIDELAKE_CONFIG": str(config_path)}, "--stale-after", "30"
         )
-        started.append(serve)
         lake_state = Path(cfg.lake_root) / "_tidelake"
         lake_state.mkdir(parents=True, exist_ok=True)
-        return Site(
+        made = Site(
             f"http://127.0.0.1:{port}",
             lake_state,
             Path(cfg.stage_root) / "_tidelake",
             serve,
             config_path,
             nats,
+            port,
         )
+        started.append(made)
+        return made
 
     yield make
-    for serve in started:
-        serve.stop(timeout_s=10)
+    for made in started:
+        made.serve.stop(timeout_s=10)
 
 
 def _open(page: Page, url: str) -> None:
@@ -261,3 +326,160 @@ def test_dead_letters_can_be_discarded_and_messages_explored_from_the_page(
     expect(rows.first.locator("[data-state]")).to_have_text("pending")
     expect(rows.nth(1)).to_contain_text("yes")
     expect(rows.nth(2)).to_contain_text("no")
+
+
+GREEN = "rgb(63, 185, 80)"
+
+
+def _chart(page: Page, test_id: str) -> dict[str, str]:
+    """What a chart drew: buckets with a value, the oldest of them, its axes' labels."""
+    chart = page.get_by_test_id(test_id)
+    expect(chart.locator("canvas")).to_have_count(1, timeout=15_000)
+    wait_for(lambda: int(chart.get_attribute("data-points") or 0) > 0, 15, f"{test_id} drawn")
+    return {
+        k: chart.get_attribute(f"data-{k}") or ""
+        for k in ("points", "first-ms", "x-ticks", "y-ticks")
+    }
+
+
+def test_after_a_reload_and_a_serve_restart_the_charts_show_the_past(
+    page: Page, site: Callable[..., Site]
+) -> None:
+    """40 minutes of commits and samples exist before the page opens and serve restarted in
+    between: each chart (changes/s, commit lag, commit duration, dead letters) shows points
+    older than the page with time and unit labels, again after a reload; a steady pipeline
+    (checkpoints a moment behind the stream) is healthy and its tables green."""
+    s = site({"shop.orders": 3, "shop.items": 2})
+    oldest = s.past(40)
+    s.restart_serve()
+    now = int(time.time() * 1000)
+    s.commit("shop.orders", 3, now - 2_000, events=120)
+    s.commit("shop.items", 4, now - 3_000, events=80)  # one message still on its way
+    s.beat()
+    opened = int(time.time() * 1000)
+    _open(page, s.url)
+    for test_id, unit in (
+        ("chart-throughput", "/s"),
+        ("chart-lag", " s"),
+        ("chart-duration", " ms"),
+        ("chart-dlq", ""),
+    ):
+        drawn = _chart(page, test_id)
+        assert int(drawn["points"]) > 60, (test_id, drawn)
+        assert int(drawn["first-ms"]) < opened - 30 * 60_000, (test_id, drawn)
+        if test_id != "chart-throughput":  # a rate is 0 where nothing happened, not a gap
+            assert int(drawn["first-ms"]) >= oldest - 60_000, (test_id, drawn)
+        assert re.search(r"\b\d\d:\d\d\b", drawn["x-ticks"]), (test_id, drawn)
+        assert unit in drawn["y-ticks"], (test_id, drawn)
+    expect(page.get_by_test_id("history-note")).to_contain_text("sampled by serve since")
+    expect(page.get_by_test_id("pipeline-state")).to_have_text("healthy")
+    for table in ("shop.orders", "shop.items"):
+        cell = page.get_by_test_id(f"state-{table}")
+        expect(cell).to_have_text("fresh")
+        expect(cell).to_have_css("color", GREEN)
+    page.reload()
+    expect(page.get_by_test_id("last-updated")).to_contain_text("updated", timeout=15_000)
+    again = _chart(page, "chart-throughput")
+    assert int(again["first-ms"]) < opened - 30 * 60_000
+    page.get_by_test_id("windows").get_by_role("button", name="15 min").click()
+    wait_for(
+        lambda: int(_chart(page, "chart-throughput")["first-ms"]) > opened - 16 * 60_000,
+        15,
+        "the 15 min window",
+    )
+    page.get_by_test_id("windows").get_by_role("button", name="1 h").click()
+    wait_for(
+        lambda: int(_chart(page, "chart-throughput")["first-ms"]) < opened - 30 * 60_000,
+        15,
+        "the 1 h window",
+    )
+    assert screenshot(page, "history-after-reload").stat().st_size > 10_000
+
+
+def test_the_table_page_shows_state_history_ddl_and_pauses(
+    page: Page, site: Callable[..., Site]
+) -> None:
+    """#/table/<id>: a table's state, checkpoint, charts of its own commits, recent commits
+    and DDL history; a table paused on a DDL shows why, the DDL it waits on and a resume
+    button; the pause button records the operator's request."""
+    s = site({"shop.orders": 3, "shop.items": 2})
+    s.past(30)
+    now = int(time.time() * 1000)
+    s.commit("shop.orders", 3, now - 2_000, events=90)
+    s.commit("shop.items", 4, now - 3_000, events=10)
+    ledger = Ledger(s.lake_state)
+    reason = "DDL cannot be applied: MODIFY COLUMN qty narrows bigint to int (docs/ddl.md)"
+    ledger.save_paused({"shop.items": reason})
+    ledger.record_blocked(
+        "shop.items",
+        BlockedDdl(seq=5, ddl="ALTER TABLE items MODIFY qty INT", reason="narrowing"),
+    )
+    s.beat()
+    _open(page, s.url)
+    page.get_by_test_id("link-shop.orders").click()
+    expect(page.get_by_test_id("table-page")).to_be_visible()
+    expect(page.get_by_test_id("overview")).to_be_hidden()
+    expect(page.get_by_test_id("table-title")).to_have_text("shop.orders")
+    expect(page.get_by_test_id("table-state")).to_have_text("fresh")
+    expect(page.get_by_test_id("tcard-checkpoint")).to_have_text("3")
+    for test_id in ("chart-table-rate", "chart-table-lag", "chart-table-duration"):
+        assert int(_chart(page, test_id)["points"]) > 50, test_id
+    expect(page.get_by_test_id("table-commits").locator("tbody tr")).to_have_count(
+        20, timeout=15_000
+    )
+    page.get_by_test_id("table-control").click()
+    wait_for(
+        lambda: (
+            (httpx.get(f"{s.url}/api/tables/shop.orders").json().get("control") or {}).get("action")
+            == "pause"
+        ),
+        15,
+        "the pause request",
+    )
+    page.goto(f"{s.url}/?interval=400#/table/shop.items")
+    expect(page.get_by_test_id("table-state")).to_have_text("paused", timeout=15_000)
+    expect(page.get_by_test_id("table-paused")).to_contain_text("narrows bigint to int")
+    expect(page.get_by_test_id("table-control")).to_have_text("resume")
+    expect(page.get_by_test_id("table-ddl")).to_contain_text("add column note varchar(64)")
+    expect(page.get_by_test_id("table-blocked")).to_contain_text("MODIFY qty INT")
+    _chart(page, "chart-table-rate")
+    assert screenshot(page, "table-page").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_the_message_explorer_stays_within_the_page(
+    page: Page, site: Callable[..., Site], width: int
+) -> None:
+    """Long table names, subjects, payloads and dead-letter reasons end in an ellipsis or wrap
+    in the detail panel: the page is never wider than the window."""
+    long_table = "shop.order_line_items_with_a_remarkably_long_name_for_the_overflow_test"
+    s = site({long_table: 3})
+    s.commit(long_table, 3, int(time.time() * 1000), events=3)
+    s.beat()
+    cfg = load_config(s.config_path, environ={})
+    subject = cfg.bus.stream.subjects[0].removesuffix(">") + long_table
+    pipe = Pipeline(s.config_path.parent, cfg, s.config_path, s.nats, "", None)
+    pipe.publish(
+        [(dlq.dlq_subject(cfg.bus.dlq.subject_prefix, subject), b"{oops" * 200)],
+        headers=dlq.dlq_headers("not JSON: " + "unexpected character " * 30, subject, 4, 1),
+    )
+    page.set_viewport_size({"width": width, "height": 1000})
+    _open(page, s.url)
+    expect(page.locator("[data-dlq]")).to_have_count(1, timeout=15_000)
+    page.get_by_test_id("explorer").get_by_role("button", name="show").click()
+    rows = page.locator("#messages-body tr")
+    expect(rows).to_have_count(3, timeout=15_000)
+    rows.first.click()
+    detail = page.get_by_test_id("message-detail")
+    expect(detail).to_be_visible()
+    expect(detail).to_contain_text(long_table)
+
+    def fits() -> bool:
+        return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+    assert fits(), page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    box = detail.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= width
+    page.get_by_test_id("messages").scroll_into_view_if_needed()
+    assert screenshot(page, f"explorer-{width}").stat().st_size > 10_000
