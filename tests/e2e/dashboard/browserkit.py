@@ -21,7 +21,7 @@ STATIC_INDEX = Path(__file__).resolve().parents[3] / "src/tidelake/api/static/in
 
 
 def screenshot(page: Page, name: str) -> Path:
-    """Save a full-page screenshot under tests/e2e/dashboard/screenshots/ (gitignored)."""
+    """Save a full-page screenshot under tests/e2e/dashboard/screenshots/ (in git: reviewed)."""
     SCREENSHOTS.mkdir(exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
