@@ -13,11 +13,20 @@ masks them.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tidelake.errors import ConfigError
 
@@ -98,7 +107,13 @@ class EmbeddedNatsConfig(_Model):
         ),
     )
     host: Literal["127.0.0.1"] = Field("127.0.0.1", description="embedded server binds loopback")
-    port: int = Field(0, ge=0, le=65535, description="0 = a free port")
+    port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="unset = 4222 (monitoring 8222) when free, else a free port; 0 = always a "
+        "free port; where it listens is recorded in <home>/bus.json",
+    )
     store_dir: Path | None = Field(None, description="default: <home>/nats")
 
 
@@ -509,7 +524,12 @@ class RunConfig(_Model):
 class Config(_Model):
     """The whole tidelake configuration."""
 
-    home: Path = Field(Path(".tidelake"), description="base directory of embedded defaults")
+    home: Path = Field(
+        default_factory=lambda: default_home(os.environ),
+        description="base directory of embedded defaults (bus store, staging, lake, bus.json); "
+        "--home or TIDELAKE_HOME, else $XDG_DATA_HOME/tidelake, else ~/.local/share/tidelake",
+        json_schema_extra={"shown_default": "~/.local/share/tidelake"},
+    )
     bus: BusConfig = BusConfig()
     storage: StorageConfig = StorageConfig()
     stage: StageConfig = StageConfig()
@@ -517,10 +537,16 @@ class Config(_Model):
     ingest: IngestConfig = IngestConfig()
     api: ApiConfig = ApiConfig()
     capture: CaptureConfig = CaptureConfig()
+    run: RunConfig = RunConfig()
     metrics: MetricsConfig = MetricsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )
+
+    @field_validator("home")
+    @classmethod
+    def _home_expanded(cls, home: Path) -> Path:
+        return home.expanduser()
 
     @property
     def stage_root(self) -> str:
@@ -554,6 +580,20 @@ class Config(_Model):
     def masked(self) -> dict[str, Any]:
         """The effective config as plain data, secrets shown as ``**********``."""
         return self.model_dump(mode="json")
+
+
+def default_home(environ: Mapping[str, str]) -> Path:
+    """The home when neither the config nor ``TIDELAKE_HOME`` (nor ``--home``) names one: the
+    XDG data directory, ``$XDG_DATA_HOME/tidelake``, else ``~/.local/share/tidelake`` — one
+    absolute place per user, so every verb run from any directory finds the same pipeline and
+    none leaves a ``.tidelake`` wherever it was started."""
+    xdg = environ.get("XDG_DATA_HOME", "").strip()
+    # The XDG spec: a relative $XDG_DATA_HOME is invalid and ignored.
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "tidelake"
+    home = environ.get("HOME", "").strip()
+    base = Path(home) if home else Path.home()
+    return base / ".local" / "share" / "tidelake"
 
 
 def _secret(value: SecretStr | None, path: Path | None) -> str | None:
@@ -637,6 +677,8 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
         data = loaded or {}
         _reject_secrets_in_file(data)
     data = _merge(data, _env_overrides(env))
+    if "home" not in data:
+        data["home"] = str(default_home(env))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -659,8 +701,11 @@ def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tu
             rows.extend(reference_rows(models[0], f"{path}."))
             continue
         default = info.get_default(call_default_factory=True)
+        extra = info.json_schema_extra
         if name in SECRET_FIELDS:
             shown = "(env only)"
+        elif isinstance(extra, dict) and "shown_default" in extra:
+            shown = repr(extra["shown_default"])  # machine-dependent: the rule, not this machine's
         elif isinstance(default, PurePath):
             shown = repr(str(default))  # the path as written, not Python's PosixPath(...)
         else:

@@ -16,6 +16,7 @@ from tidelake.cli import app
 # must be added here, on purpose.
 EXPECTED_COMMANDS = {
     "tidelake bench",
+    "tidelake bus init",
     "tidelake capture",
     "tidelake chaos",
     "tidelake config check",

@@ -132,3 +132,38 @@ def test_an_empty_token_is_refused_whoever_loads_the_config(tmp_path: Path) -> N
     path.write_text("api:\n  host: 127.0.0.1\n")
     with pytest.raises(ConfigError, match="TIDELAKE_API__TOKEN is empty"):
         load_config(path, environ={"TIDELAKE_API__TOKEN": " "})
+
+
+def test_the_default_home_is_absolute_and_follows_xdg(tmp_path: Path) -> None:
+    """No home anywhere: $XDG_DATA_HOME/tidelake, else ~/.local/share/tidelake (a relative
+    XDG_DATA_HOME is invalid per the spec and ignored); TIDELAKE_HOME wins over both and a
+    leading ~ is expanded. Never the relative .tidelake of the directory a verb runs in."""
+    homes = [
+        load_config(environ=env).home
+        for env in (
+            {"XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": "/h"},
+            {"HOME": "/h"},
+            {"XDG_DATA_HOME": "relative", "HOME": "/h"},
+            {"TIDELAKE_HOME": str(tmp_path / "mine"), "XDG_DATA_HOME": "/x", "HOME": "/h"},
+        )
+    ]
+    assert [
+        tmp_path / "xdg" / "tidelake",
+        Path("/h/.local/share/tidelake"),
+        Path("/h/.local/share/tidelake"),
+        tmp_path / "mine",
+    ] == homes
+    assert Path.home() / "pipelines" == load_config(environ={"TIDELAKE_HOME": "~/pipelines"}).home
+
+
+def test_a_config_files_home_beats_the_default_and_tidelake_home_beats_the_file(
+    tmp_path: Path,
+) -> None:
+    """home: in the file is used over the XDG default; TIDELAKE_HOME (what --home sets)
+    overrides the file like every TIDELAKE_ variable."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"home: {tmp_path / 'from-file'}\n")
+    assert tmp_path / "from-file" == load_config(path, environ={"HOME": "/h"}).home
+    assert (
+        tmp_path / "env" == load_config(path, environ={"TIDELAKE_HOME": str(tmp_path / "env")}).home
+    )

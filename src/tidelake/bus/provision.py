@@ -19,7 +19,8 @@ requests time out or find no responder. Provisioning waits through that
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import nats.errors
 import nats.js.errors
@@ -45,6 +46,19 @@ _NO_LEADER = (
     nats.errors.NoRespondersError,
     nats.js.errors.ServiceUnavailableError,
 )
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What provisioning did to one stream or consumer (``tidelake bus init`` prints it)."""
+
+    kind: Literal["stream", "consumer"]
+    name: str
+    action: Literal["created", "updated", "unchanged"]
+    #: The fields an update changed; empty otherwise.
+    fields: tuple[str, ...] = ()
+    #: Messages held (streams) or waiting to be delivered (the consumer).
+    messages: int = 0
 
 
 def _through_elections(what: str) -> tenacity.AsyncRetrying:
@@ -144,17 +158,27 @@ _CONSUMER_FIELDS = (
 _CONSUMER_FIXED = frozenset({"deliver_policy", "ack_policy", "filter_subject"})
 
 
-async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> api.StreamInfo:
-    """Create the stream, or update the fields that differ; nothing when it already matches."""
+def _stream_messages(info: api.StreamInfo) -> int:
+    return int(info.state.messages) if info.state is not None else 0
+
+
+async def ensure_stream(
+    js: JetStreamContext, want: api.StreamConfig, report: list[Provisioned] | None = None
+) -> api.StreamInfo:
+    """Create the stream, or update the fields that differ; nothing when it already matches.
+    What it did is appended to ``report`` when given."""
     assert want.name is not None
+    done = report if report is not None else []
     try:
         info = await js.stream_info(want.name)
     except nats.js.errors.NotFoundError:
         info = await js.add_stream(want)
         log.info("stream created", stream=want.name, subjects=want.subjects)
+        done.append(Provisioned("stream", want.name, "created"))
         return info
     diff = _differences(want, info.config, _STREAM_FIELDS)
     if not diff:
+        done.append(Provisioned("stream", want.name, "unchanged", (), _stream_messages(info)))
         return info
     fixed = sorted(_STREAM_FIXED.intersection(diff))
     if fixed:
@@ -164,35 +188,54 @@ async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> api.Str
         )
     info = await js.update_stream(want)
     log.info("stream updated", stream=want.name, fields=diff)
+    done.append(Provisioned("stream", want.name, "updated", tuple(diff), _stream_messages(info)))
     return info
 
 
-async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> tuple[api.StreamInfo, ...]:
-    """The CDC stream and the dead-letter stream, as configured."""
+async def ensure_streams(
+    js: JetStreamContext, cfg: BusConfig, report: list[Provisioned] | None = None
+) -> tuple[api.StreamInfo, ...]:
+    """The CDC stream and the dead-letter stream, as configured (what was done: ``report``)."""
     try:
         async for attempt in _through_elections("provision streams"):
             with attempt:
-                cdc = await ensure_stream(js, cdc_stream_config(cfg))
-                dlq = await ensure_stream(js, dlq_stream_config(cfg))
+                # Only the last attempt's account counts: an unanswered one did nothing.
+                steps: list[Provisioned] = []
+                cdc = await ensure_stream(js, cdc_stream_config(cfg), steps)
+                dlq = await ensure_stream(js, dlq_stream_config(cfg), steps)
     except nats.js.errors.Error as exc:
         raise BusError(f"cannot provision streams: {exc}") from exc
     except nats.errors.Error as exc:
         raise BusError(f"cannot provision streams: {type(exc).__name__}") from exc
+    if report is not None:
+        report.extend(steps)
     return cdc, dlq
 
 
-async def ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerInfo:
-    """The stager's durable pull consumer on the CDC stream (explicit ack)."""
+async def ensure_consumer(
+    js: JetStreamContext, cfg: BusConfig, report: list[Provisioned] | None = None
+) -> api.ConsumerInfo:
+    """The stager's durable pull consumer on the CDC stream (explicit ack); what was done is
+    appended to ``report`` when given."""
     try:
         async for attempt in _through_elections("provision the consumer"):
             with attempt:
-                info = await _ensure_consumer(js, cfg)
+                steps: list[Provisioned] = []
+                info = await _ensure_consumer(js, cfg, steps)
     except nats.errors.Error as exc:
         raise BusError(f"cannot provision the consumer: {type(exc).__name__}") from exc
+    if report is not None:
+        report.extend(steps)
     return info
 
 
-async def _ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.ConsumerInfo:
+def _pending(info: api.ConsumerInfo) -> int:
+    return int(info.num_pending or 0)
+
+
+async def _ensure_consumer(
+    js: JetStreamContext, cfg: BusConfig, report: list[Provisioned]
+) -> api.ConsumerInfo:
     want = consumer_config(cfg)
     stream = cfg.stream.name
     assert want.durable_name is not None
@@ -203,9 +246,13 @@ async def _ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.Consumer
         except nats.js.errors.NotFoundError:
             info = await js.add_consumer(stream, want)
             log.info("consumer created", stream=stream, durable=want.durable_name)
+            report.append(Provisioned("consumer", want.durable_name, "created", (), _pending(info)))
             return info
         diff = _differences(want, info.config, _CONSUMER_FIELDS)
         if not diff:
+            report.append(
+                Provisioned("consumer", want.durable_name, "unchanged", (), _pending(info))
+            )
             return info
         fixed = sorted(_CONSUMER_FIXED.intersection(diff))
         if fixed:
@@ -215,6 +262,9 @@ async def _ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.Consumer
             )
         info = await js.add_consumer(stream, want)  # 2.9+: same name = update
         log.info("consumer updated", durable=want.durable_name, fields=diff)
+        report.append(
+            Provisioned("consumer", want.durable_name, "updated", tuple(diff), _pending(info))
+        )
         return info
     except _NO_LEADER:
         raise  # retried by ensure_consumer
@@ -222,13 +272,16 @@ async def _ensure_consumer(js: JetStreamContext, cfg: BusConfig) -> api.Consumer
         raise BusError(f"cannot provision consumer {want.durable_name}: {exc}") from exc
 
 
-async def provision(cfg: BusConfig, url: str | None = None) -> None:
+async def provision(cfg: BusConfig, url: str | None = None) -> list[Provisioned]:
     """Connect to ``url`` (default ``cfg.url``), make the streams and the stager's consumer
-    as configured, and close: what every process that starts a pipeline does first."""
+    as configured, and close: what every process that starts a pipeline does first, and
+    ``tidelake bus init``. Returns what it did, stream by stream, then the consumer."""
+    report: list[Provisioned] = []
     nc = await connect(cfg, url)
     try:
         js = nc.jetstream()
-        await ensure_streams(js, cfg)
-        await ensure_consumer(js, cfg)
+        await ensure_streams(js, cfg, report)
+        await ensure_consumer(js, cfg, report)
     finally:
         await nc.close()
+    return report

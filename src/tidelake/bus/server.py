@@ -1,9 +1,13 @@
 """The embedded ``nats-server``: a JetStream child process with its own store directory.
 
 Used when ``bus.url`` is unset (docs/architecture.md §6) and by the test fixtures. The server
-listens on 127.0.0.1 only. A port of 0 means "pick a free one", chosen once and then kept, so that
-:meth:`EmbeddedNats.restart` (the chaos tests kill the server) comes back on the same URL
-with the same store directory and therefore the same streams, consumers and messages. The
+listens on 127.0.0.1 only. A port of 0 means "pick a free one"; ``None`` (the default of
+``bus.embedded.port``) means NATS's own default, 4222 (monitoring 8222), when free, else a free
+one — so a producer or a ``nats`` CLI with its default URL reaches the embedded bus, and a
+second pipeline on the machine still starts. Either way the port is chosen once and then kept,
+so that :meth:`EmbeddedNats.restart` (the chaos tests kill the server) comes back on the same
+URL with the same store directory and therefore the same streams, consumers and messages.
+Where it listens is recorded in the home by its owner (:mod:`tidelake.bus.discovery`). The
 process itself is a :class:`tidelake.runtime.processes.ChildProcess`.
 
 Which binary: ``$TIDELAKE_NATS_SERVER``, else ``bus.embedded.binary`` when set, else the
@@ -46,8 +50,32 @@ LOG_FILE = "nats-server.log"
 CONFIG_FILE = "tidelake-nats.conf"
 #: Overrides which nats-server binary is run (tests, packagers, an operator's own build).
 NATS_SERVER_ENV = "TIDELAKE_NATS_SERVER"
+#: NATS's default client and monitoring ports: taken by an embedded server when free.
+DEFAULT_PORT = 4222
+DEFAULT_MONITOR_PORT = 8222
 
-__all__ = ["CONFIG_FILE", "LOG_FILE", "NATS_SERVER_ENV", "EmbeddedNats", "free_port"]
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_MONITOR_PORT",
+    "DEFAULT_PORT",
+    "LOG_FILE",
+    "NATS_SERVER_ENV",
+    "EmbeddedNats",
+    "free_port",
+    "port_if_free",
+]
+
+
+def port_if_free(port: int, host: str = "127.0.0.1") -> int:
+    """``port`` when it can be bound on ``host`` right now, else a free port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As Go's listener does: a port in TIME_WAIT is free for the server too.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return free_port(host)
+    return port
 
 
 def _repo_bin_dir() -> Path | None:
@@ -124,7 +152,7 @@ class EmbeddedNats:
         self,
         store_dir: str | Path,
         *,
-        port: int = 0,
+        port: int | None = 0,
         binary: str | None = None,
         host: str = "127.0.0.1",
         startup_timeout_s: float = 15.0,
@@ -199,10 +227,32 @@ class EmbeddedNats:
         """Start the server and wait until it accepts clients and JetStream is up."""
         if self.running:
             return self
+        try:
+            return self._start()
+        except BusError:
+            if self._requested_port is not None or self.starts_done:
+                raise
+            # NATS's default ports were free a moment ago and another process took them
+            # before the server bound them: a free port then, as for a second pipeline.
+            log.warning("nats default port taken meanwhile; using a free one", log=self.log_tail(5))
+            self._process = None
+            self._requested_port = 0
+            return self._start()
+
+    @property
+    def starts_done(self) -> int:
+        """How often the server has been started (restarts included)."""
+        return self._process.starts if self._process is not None else 0
+
+    def _start(self) -> EmbeddedNats:
         if self._process is None:
             exe = nats_server_binary(self.binary)
-            self._port = self._requested_port or free_port(self.host)
-            self._monitor_port = free_port(self.host)
+            if self._requested_port is None:
+                self._port = port_if_free(DEFAULT_PORT, self.host)
+                self._monitor_port = port_if_free(DEFAULT_MONITOR_PORT, self.host)
+            else:
+                self._port = self._requested_port or free_port(self.host)
+                self._monitor_port = free_port(self.host)
             self.store_dir.mkdir(parents=True, exist_ok=True)
             extra, includes = _split_config_args(self.extra_args)
             self.config_path.write_text(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,10 +46,34 @@ def _configure_logging(level: str) -> None:
     )
 
 
+HomeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--home",
+        help="data directory of every verb (default: $TIDELAKE_HOME, the config's home, "
+        "else $XDG_DATA_HOME/tidelake or ~/.local/share/tidelake)",
+        show_default=False,
+    ),
+]
+
+
 @app.callback()
-def _main() -> None:
+def _main(home: HomeOption = None) -> None:
     """Every verb starts at INFO; a verb that loads a config applies its ``log_level``."""
     _configure_logging("info")
+    if home is not None:
+        # Through the environment, as TIDELAKE_HOME: it wins over the config file's home like
+        # every TIDELAKE_ override, and the stage processes `run` starts inherit it.
+        os.environ["TIDELAKE_HOME"] = str(home.expanduser().resolve())
+
+
+def _home() -> Path:
+    """The home without loading a config: ``--home``/``TIDELAKE_HOME``, else the default (the
+    self-contained verbs keep their data under it; a config file's home is theirs to ignore)."""
+    from tidelake.config import default_home
+
+    named = os.environ.get("TIDELAKE_HOME", "").strip()
+    return Path(named).expanduser() if named else default_home(os.environ)
 
 
 @contextlib.contextmanager
@@ -69,13 +94,23 @@ def _metrics_endpoint(cfg: Config, process: str, collectors: list[Any]) -> Itera
         endpoint.__exit__(None, None, None)
 
 
-def _load(path: Path | None) -> Config:
+def _load(path: Path | None, *, find_bus: bool = True) -> Config:
+    """The config, and (``find_bus``) the bus a ``tidelake run`` recorded in the home when
+    ``bus.url`` is unset (bus/discovery.py); a stale record is named on stderr and ignored."""
     try:
         cfg = load_config(path)
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
     _configure_logging(cfg.log_level)
+    if find_bus and not cfg.bus.url:
+        from tidelake.bus.discovery import find_bus as lookup_bus
+        from tidelake.bus.discovery import use_bus
+
+        found = lookup_bus(cfg)
+        if found.note:
+            err_console.print(f"[yellow]{found.note}[/]", soft_wrap=True)
+        cfg = use_bus(cfg, found)
     return cfg
 
 
@@ -84,7 +119,7 @@ def config_check(
     file: Annotated[Path | None, typer.Argument(help="config file to check")] = None,
 ) -> None:
     """Validate a config file; print the effective config (secrets masked) or exit 2."""
-    cfg = _load(file)
+    cfg = _load(file, find_bus=False)
     console.print_json(orjson.dumps(cfg.masked()).decode())
 
 
@@ -93,9 +128,10 @@ def demo(
     events: Annotated[int, typer.Option(help="change events to publish")] = 50_000,
     rate: Annotated[float, typer.Option(help="events per second")] = 2_000.0,
     seed: Annotated[int, typer.Option(help="workload seed (same seed, same events)")] = 7,
-    home: Annotated[Path, typer.Option(help="demo data directory (wiped first)")] = Path(
-        ".tidelake/demo"
-    ),
+    home: Annotated[
+        Path | None,
+        typer.Option(help="demo data directory, wiped first (default: <home>/demo)"),
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
     object_store: Annotated[
         str | None,
@@ -123,7 +159,7 @@ def demo(
         events=events,
         rate=rate,
         seed=seed,
-        home=home,
+        home=home or _home() / "demo",
         object_store=object_store,
         with_ddl=with_ddl,
     )
@@ -171,9 +207,9 @@ def chaos(
             "debezium (MariaDB + Debezium Server)"
         ),
     ] = "workload",
-    home: Annotated[Path, typer.Option(help="data directory (wiped first)")] = Path(
-        ".tidelake/chaos"
-    ),
+    home: Annotated[
+        Path | None, typer.Option(help="data directory, wiped first (default: <home>/chaos)")
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
 ) -> None:
     """Run the pipeline under a seeded fault schedule; verify the lake row by row."""
@@ -197,7 +233,7 @@ def chaos(
             stagers=stagers,
             max_deliver=max_deliver,
             source=source,  # type: ignore[arg-type]
-            home=home,
+            home=home or _home() / "chaos",
         )
     except ValueError as exc:
         err_console.print(f"[bold red]{exc}[/]")
@@ -231,14 +267,23 @@ def stage(
     from tidelake.stage.consumer import run_stager
 
     cfg = _load(config)
-    if not cfg.bus.url:
-        err_console.print("[bold red]`stage` needs bus.url[/] (or TIDELAKE_BUS__URL)")
-        raise typer.Exit(2)
+    from tidelake.bus.discovery import embedded_bus, use_bus
     from tidelake.runtime.live_metrics import stager_collectors
 
     try:
-        with _metrics_endpoint(cfg, "stager", stager_collectors()):
-            asyncio.run(run_stager(cfg, once=once))
+        with contextlib.ExitStack() as owned:
+            if not cfg.bus.url:
+                # No bus.url and no live `tidelake run` recorded in the home: this stager
+                # starts the home's embedded bus itself, as `run` would, and records it.
+                bus = owned.enter_context(embedded_bus(cfg))
+                cfg = use_bus(cfg, bus.lookup())
+                err_console.print(
+                    f"no bus.url and no running `tidelake run`: started an embedded nats-server "
+                    f"at {bus.url} (recorded in {bus.record_path}; it stops with this stager)",
+                    soft_wrap=True,
+                )
+            with _metrics_endpoint(cfg, "stager", stager_collectors()):
+                asyncio.run(run_stager(cfg, once=once))
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
@@ -251,11 +296,38 @@ def stage(
 def run(
     config: ConfigOption = None,
     interval: Annotated[float, typer.Option(help="ingest idle pause, seconds")] = 1.0,
+    serve: Annotated[
+        bool,
+        typer.Option("--serve", help="also serve the API and dashboard (api.host:api.port)"),
+    ] = False,
 ) -> None:
-    """Run every stage here, supervised: embedded NATS (unless bus.url), stager, ingest."""
+    """Run every stage here, supervised: embedded NATS (unless bus.url), stager, ingest.
+
+    The embedded bus is provisioned, then recorded in <home>/bus.json: verbs in another
+    shell (same --home) find it there."""
+    from tidelake.errors import BusError
     from tidelake.pipeline.run import run_pipeline
 
-    raise typer.Exit(run_pipeline(_load(config), config, interval_s=interval))
+    # Not the home's recorded bus: `run` starts (and records) its own, or uses bus.url.
+    cfg = _load(config, find_bus=False)
+    if serve or cfg.run.serve:
+        try:
+            cfg.api.require_token_to_listen()
+        except ConfigError as exc:
+            err_console.print(f"[bold red]invalid configuration[/]\n{exc}", soft_wrap=True)
+            raise typer.Exit(2) from exc
+    try:
+        status = run_pipeline(
+            cfg,
+            config,
+            interval_s=interval,
+            serve=serve,
+            say=lambda line: err_console.print(line, soft_wrap=True, highlight=False, markup=False),
+        )
+    except BusError as exc:
+        err_console.print(f"[bold red]bus error[/] {exc}", soft_wrap=True)
+        raise typer.Exit(1) from exc
+    raise typer.Exit(status)
 
 
 #: ``ingest --once`` exit status when the run applied what it could but tables are paused.
@@ -353,7 +425,11 @@ def capture(
     if update:
         cfg = cfg.model_copy(update={"capture": cfg.capture.model_copy(update=update)})
     if not cfg.bus.url:
-        err_console.print("[bold red]`capture` needs bus.url[/] (or TIDELAKE_BUS__URL)")
+        from rich.markup import escape
+
+        from tidelake.bus.discovery import no_bus_message
+
+        err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
         raise typer.Exit(2)
     from tidelake.runtime.live_metrics import capturer_collectors
 
@@ -470,9 +546,10 @@ def bench(
     part: Annotated[
         list[str] | None, typer.Option(help="stage, ingest or freshness (repeatable; default all)")
     ] = None,
-    home: Annotated[Path, typer.Option(help="bench data directory (wiped first)")] = Path(
-        ".tidelake/bench"
-    ),
+    home: Annotated[
+        Path | None,
+        typer.Option(help="bench data directory, wiped first (default: <home>/bench)"),
+    ] = None,
     docs: Annotated[
         Path | None, typer.Option(help="append the run to this Markdown file (docs/benchmarks.md)")
     ] = None,
@@ -518,7 +595,9 @@ def bench(
         err_console.print(f"[bold red]--variant[/] {exc}")
         raise typer.Exit(2) from exc
     out = err_console if json else console
-    options = BenchOptions(quick=quick, home=home, parts=parts, keep=keep, variants=variants)
+    options = BenchOptions(
+        quick=quick, home=home or _home() / "bench", parts=parts, keep=keep, variants=variants
+    )
     result = run_bench(options, out)
     if docs is not None:
         append_run(docs, result)
@@ -532,9 +611,11 @@ def bench(
 
 
 def _register_operator_verbs() -> None:
+    from tidelake.cli.bus import register as register_bus
     from tidelake.cli.operate import register
 
     register(app)
+    register_bus(app)
 
 
 _register_operator_verbs()

@@ -65,7 +65,9 @@ def _bus_call(cfg: Config, fn: Callable[[Any], Awaitable[T]]) -> T:
     from tidelake.api.jetstream import JetStream, is_bus_error
 
     if not cfg.bus.url:
-        err_console.print("[bold red]this verb needs bus.url[/] (or TIDELAKE_BUS__URL)")
+        from tidelake.bus.discovery import no_bus_message
+
+        err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
         raise typer.Exit(2)
 
     async def go() -> T:

@@ -3,10 +3,14 @@
 ``tidelake run``, ``demo``, ``demo --source`` and ``chaos`` all run the same stack:
 
 1. the bus: ``bus.url`` when configured, else an embedded nats-server
-   (:class:`tidelake.bus.server.EmbeddedNats`) with its store under the home;
+   (:class:`tidelake.bus.server.EmbeddedNats`) with its store under the home — refused while
+   another live process owns the home's bus (:func:`tidelake.bus.discovery.claim_home`);
 2. the config: the caller's (``run``), or one the stack writes into the home once the bus URL
    is known (the self-contained verbs: ``home``, ``bus.url`` and the caller's settings);
-3. the streams and the stager's consumer (:func:`tidelake.bus.provision.provision`);
+3. the streams and the stager's consumer (:func:`tidelake.bus.provision.provision`), and
+   then, for an embedded bus, the record ``<home>/bus.json`` every other verb finds it by
+   (:mod:`tidelake.bus.discovery`): provisioned first, so a producer that finds the bus finds
+   its stream;
 4. the stage processes (:func:`tidelake.pipeline.processes.stage_children`): the capture when
    ``capture.source`` is set, the stager, the continuous ingest — one child process each, with
    an environment that pins them to this home, config and bus;
@@ -15,7 +19,8 @@
    is up (``idle`` or ``applying``), the stager once it is ``running``;
 6. :meth:`LocalStack.stop`: the stages in start order — the producer first, so nothing new
    arrives, then the stager (it finishes its batch), then the ingest (it finishes its
-   commit) — each with SIGTERM and a grace period, and the embedded bus last.
+   commit) — each with SIGTERM and a grace period, then the record goes, and the embedded
+   bus last.
 
 The caller decides what happens around it: ``run`` supervises the children and restarts one
 that dies, ``demo`` publishes a workload and verifies the lake, ``chaos`` kills them.
@@ -35,6 +40,7 @@ import structlog
 import yaml
 
 from tidelake.bus.connection import connect
+from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_record, write_record
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
@@ -94,6 +100,8 @@ class LocalStack:
         self.extra_env = dict(env or {})
         self.ingest_interval_s = ingest_interval_s
         self.nats: EmbeddedNats | None = None
+        #: The record of the embedded bus once provisioned (None with ``bus.url``).
+        self.record: BusRecord | None = None
         self.url: str | None = None
         self.env: dict[str, str] = {}
         self.children: list[StageProcess] = []
@@ -133,6 +141,7 @@ class LocalStack:
         url = self._cfg.bus.url if self._cfg is not None else None
         if url is None:
             store = self._cfg.nats_store_dir if self._cfg is not None else self.home / "nats"
+            claim_home(self.home, store)
             self.nats = (
                 EmbeddedNats.from_config(self._cfg.bus.embedded, store)
                 if self._cfg is not None
@@ -162,6 +171,11 @@ class LocalStack:
             self.env = {"TIDELAKE_HOME": str(home), "TIDELAKE_BUS__URL": url}
         self.env.update(self.extra_env)
         asyncio.run(provision(self._cfg.bus, url))
+        if self.nats is not None:
+            self.record = new_record(
+                self.home, url, monitor_url=self.nats.monitor_url, server_pid=self.nats.pid
+            )
+            write_record(self.home, self.record)
         return self._cfg
 
     def start_stages(self) -> list[StageProcess]:
@@ -267,6 +281,8 @@ class LocalStack:
         try:
             self.stop_stages(timeout_s)
         finally:
+            if self.record is not None:
+                remove_record(self.home, self.record.pid)
             if self.nats is not None:
                 self.nats.stop()
 

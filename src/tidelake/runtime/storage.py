@@ -48,11 +48,14 @@ class Storage(Protocol):
 
 
 class LocalStorage:
-    """A directory on the local filesystem."""
+    """A directory on the local filesystem; created (durably) unless ``create`` is false: a
+    reader (``status``, ``serve``) never leaves a directory behind, and every write makes the
+    directories it needs anyway."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).resolve()
-        make_dirs(self.root)
+        if create:
+            make_dirs(self.root)
 
     def _abs(self, path: str) -> Path:
         p = (self.root / path).resolve()
@@ -262,18 +265,18 @@ class S3Storage:
         return f"s3://{self.bucket}/{self._key(path)}"
 
 
-def open_storage(root: str, s3: S3Config | None = None) -> Storage:
+def open_storage(root: str, s3: S3Config | None = None, *, create: bool = True) -> Storage:
     """The storage for a configured root: a local path, ``file://``, ``s3://`` or ``s3a://``.
 
     ``s3`` (the config's ``storage.s3``) configures object storage; it is ignored for local
-    roots.
+    roots. ``create=False``: a local root is not created (readers).
     """
     if root.startswith("file://"):
-        return LocalStorage(root[len("file://") :])
+        return LocalStorage(root[len("file://") :], create=create)
     if is_s3_uri(root):
         return S3Storage(root, s3)
     if "://" in root:
         raise StorageError(
             f"unsupported storage root {root!r}: a local path, s3://bucket/prefix or s3a://..."
         )
-    return LocalStorage(root)
+    return LocalStorage(root, create=create)
