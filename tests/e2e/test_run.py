@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 from pathlib import Path
 
+import orjson
 import psutil
 import pytest
 import yaml
 
+from tidelake.bus.discovery import read_record
 from tidelake.config import load_config
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.demo import publish_workload, verify_workload
 from tidelake.runtime.heartbeat import read_heartbeat
-from tidelake.runtime.processes import ChildProcess, free_port, tidelake_argv
+from tidelake.runtime.processes import ChildProcess, free_port, http_ok, tidelake_argv
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -24,11 +27,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 400
 
 
-def _config(home: Path, nats_port: int) -> Path:
+def _config(home: Path, nats_port: int, api_port: int) -> Path:
     data = {
         "home": str(home),
         # No bus.url: `run` starts its embedded nats-server, on a port the test knows.
         "bus": {"embedded": {"port": nats_port}},
+        "api": {"port": api_port},
         "stage": {"max_age_s": 0.5},
         "ingest": {"warm_up": False},
         "lake": {"spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2}},
@@ -47,14 +51,19 @@ def _alive(pid: int) -> bool:
 
 
 def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`tidelake run` with an embedded nats-server: once its stager and ingest report healthy,
-    400 canal-json changes of three tables are published; every table's commits cover its
-    last message and the lake equals the workload's expected state row by row. SIGTERM then
-    stops it with exit status 0, the stager and the ingest record a clean stop in their
-    heartbeats, and no process it started (nats-server, stages, the JVM) is left."""
+    """`tidelake run --serve` with an embedded nats-server: once its stager and ingest report
+    healthy, it has printed where the bus and the dashboard are and recorded its bus in
+    <home>/bus.json; a second shell (no config, only TIDELAKE_HOME) finds the bus there
+    (`status --json`: bus and both stages up), the served API answers, and 400 canal-json
+    changes of three tables are published to the recorded URL; every table's commits cover
+    its last message and the lake equals the workload's expected state row by row. SIGTERM
+    then stops it with exit status 0, the record is gone, the stager and the ingest record a
+    clean stop in their heartbeats, and no process it started (nats-server, stages, the API,
+    the JVM) is left."""
     home = tmp_path / "home"
     nats_port = free_port()
-    config_path = _config(home, nats_port)
+    api_port = free_port()
+    config_path = _config(home, nats_port, api_port)
     cfg = load_config(config_path, environ={})
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
     staging_beats = Path(cfg.stage_root) / "_tidelake"
@@ -67,7 +76,7 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
 
     run = ChildProcess(
         "run",
-        tidelake_argv("run", "--config", str(config_path), "--interval", "0.3"),
+        tidelake_argv("run", "--config", str(config_path), "--interval", "0.3", "--serve"),
         log_path=home / "run.log",
         base_env=env,
         ready=healthy,
@@ -77,11 +86,32 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
     run.start()
     try:
         assert run.pid is not None
+        record = read_record(home)
+        assert record is not None
+        assert (f"nats://127.0.0.1:{nats_port}", run.pid) == (record.url, record.pid)
+        printed = run.log_tail(200)
+        assert f"bus        nats://127.0.0.1:{nats_port}" in printed
+        assert f"dashboard  http://127.0.0.1:{api_port}/" in printed
+        second_shell = {**env, "TIDELAKE_HOME": str(home)}
+        status = subprocess.run(
+            tidelake_argv("status", "--json"),
+            env=second_shell,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        seen = orjson.loads(status.stdout)
+        assert (True, None, True, True) == (
+            seen["bus"]["up"],
+            seen["bus"]["error"],
+            seen["processes"]["stager"]["up"],
+            seen["processes"]["ingest"]["up"],
+        )
+        run.wait_until(http_ok(f"http://127.0.0.1:{api_port}/api/health"), 60, "the API up")
         descendants = [p.pid for p in psutil.Process(run.pid).children(recursive=True)]
         workload = OrderWorkload(WorkloadSpec(events=EVENTS, seed=3))
-        published, _rate = asyncio.run(
-            publish_workload(cfg, f"nats://127.0.0.1:{nats_port}", workload, rate=2_000)
-        )
+        published, _rate = asyncio.run(publish_workload(cfg, record.url, workload, rate=2_000))
         last = {f"{DATABASE}.{t}": seqs[-1] for t, seqs in published.seqs.items() if seqs}
 
         def covered(_p: ChildProcess) -> bool:
@@ -89,11 +119,12 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
             return all(done.get(table, 0) >= seq for table, seq in last.items())
 
         run.wait_until(covered, 150, "every table covered")
-        status = run.stop(sig=signal.SIGTERM)
+        stopped = run.stop(sig=signal.SIGTERM)
     finally:
         run.stop(timeout_s=30)
 
-    assert 0 == status, run.log_tail(60)
+    assert 0 == stopped, run.log_tail(60)
+    assert read_record(home) is None
     assert 3 == len(last)
     assert ["stopped", "stopped"] == [
         (ledger.heartbeat() or {}).get("state"),
