@@ -542,6 +542,11 @@ class Config(_Model):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )
+    log_format: Literal["console", "json"] = Field(
+        "console",
+        description="logs on stderr: console (key=value lines for a person) or json (one JSON "
+        "object per line, for Loki, Elasticsearch, journald and the like)",
+    )
 
     @field_validator("home")
     @classmethod

@@ -91,3 +91,87 @@ def test_config_check_masks_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert 0 == proc.returncode, proc.stderr
     assert "hunter2-secret" not in proc.stdout + proc.stderr
     assert "**********" in proc.stdout
+
+
+def _help(words: str) -> str:
+    """``tidelake <words> --help`` at 80 columns, in this process."""
+    from typer.testing import CliRunner
+
+    args = [*words.split()[1:], "--help"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"}, terminal_width=80)
+    assert 0 == result.exit_code, result.output
+    return result.output
+
+
+def test_help_of_every_verb_shows_flags_without_a_metavar_in_80_columns() -> None:
+    """No `--json <bool>`: a flag takes no value, so its help shows none; every line of
+    every verb's help fits 80 columns."""
+    offenders = {}
+    for words in sorted(EXPECTED_COMMANDS | {"tidelake"}):
+        text = _help(words)
+        bad = [line for line in text.splitlines() if "<bool>" in line or len(line) > 80]
+        if bad:
+            offenders[words] = bad
+    assert {} == offenders
+
+
+def test_version_prints_the_installed_version() -> None:
+    """`tidelake --version` prints the version of the installed distribution and exits 0."""
+    from importlib.metadata import version
+
+    proc = _tidelake("--version")
+    assert (0, f"tidelake {version('tidelake')}\n") == (proc.returncode, proc.stdout)
+
+
+def test_shell_completion_is_offered() -> None:
+    """`--show-completion bash` prints a bash completion script for `tidelake`."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="tidelake")
+    assert 0 == result.exit_code, result.output
+    assert "_TIDELAKE_COMPLETE=complete_bash" in result.output
+
+
+@pytest.mark.parametrize("verb", ["discard", "replay"])
+def test_dlq_discard_or_replay_without_sequences_is_a_usage_error(verb: str) -> None:
+    """No sequence and no --all: exit 2 with a usage message, asking nothing (discard used to
+    ask whether to discard 0 dead letters)."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["dlq", verb], input="y\n")
+    assert 2 == result.exit_code
+    assert "name DLQ sequences, or --all" in result.output
+    assert "for good?" not in result.output
+
+
+def test_json_and_csv_exclude_each_other() -> None:
+    """`--json --csv` is a usage error (exit 2) for the verbs that take both."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    codes = [
+        runner.invoke(app, args).exit_code
+        for args in (
+            ["query", "SELECT 1", "--json", "--csv"],
+            ["status", "--json", "--csv"],
+            ["dlq", "list", "--json", "--csv"],
+        )
+    ]
+    assert [2, 2, 2] == codes
+
+
+def test_log_format_json_makes_every_log_line_json(tmp_path: Path) -> None:
+    """`log_format: json` (here TIDELAKE_LOG_FORMAT): the info line `table pause` logs is one
+    JSON object on stderr; stdout keeps the verb's own message."""
+    import orjson
+
+    hoodie = tmp_path / "lake" / "shop" / "orders" / ".hoodie"
+    hoodie.mkdir(parents=True)
+    (hoodie / "hoodie.properties").write_text("hoodie.table.name=shop_orders\n")
+    env = {"PATH": "/usr/bin:/bin", "TIDELAKE_HOME": str(tmp_path), "TIDELAKE_LOG_FORMAT": "json"}
+    proc = _tidelake("table", "pause", "shop.orders", env=env)
+    assert 0 == proc.returncode, proc.stderr
+    records = [orjson.loads(line) for line in proc.stderr.splitlines()]
+    expected = [("table control requested", "info", "pause", "shop.orders")]
+    assert expected == [(r["event"], r["level"], r["action"], r["table"]) for r in records]
+    assert proc.stdout.startswith("pause of shop.orders requested at")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -13,24 +12,31 @@ from typing import Annotated, Any
 import orjson
 import structlog
 import typer
-from rich.console import Console
+from rich.markup import escape
 
-from tidelake.cli.output import print_json
+from tidelake.cli.output import make_console, print_json
 from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError
+from tidelake.runtime.logs import LogFormat, configure_logging
 
 app = typer.Typer(
     name="tidelake",
     help="Every committed change of an OLTP database in an Apache Hudi lakehouse within seconds.",
     no_args_is_help=True,
-    add_completion=False,
+    # `tidelake --install-completion` / `--show-completion`: bash, zsh, fish, PowerShell.
+    add_completion=True,
+    # Click's plain help: no `<bool>` after a flag (typer's rich panels show one), and it
+    # reads the same at 80 columns, in a pipe and in a terminal.
+    rich_markup_mode=None,
     pretty_exceptions_show_locals=False,
 )
-config_app = typer.Typer(help="Validate and show the configuration.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Validate and show the configuration.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(config_app, name="config")
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 ConfigOption = Annotated[
     Path | None,
@@ -38,12 +44,27 @@ ConfigOption = Annotated[
 ]
 
 
-def _configure_logging(level: str) -> None:
-    """structlog to stderr at ``level``: stdout is for tables and JSON."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-    )
+def _configure_logging(level: str, fmt: LogFormat = "console") -> None:
+    """structlog to stderr at ``level`` in ``fmt``: stdout is for tables and JSON."""
+    configure_logging(level, fmt)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("tidelake")
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            number = "unknown (not installed)"
+        sys.stdout.write(f"tidelake {number}\n")
+        raise typer.Exit(0)
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit"),
+]
 
 
 HomeOption = Annotated[
@@ -58,7 +79,7 @@ HomeOption = Annotated[
 
 
 @app.callback()
-def _main(home: HomeOption = None) -> None:
+def _main(home: HomeOption = None, version: VersionOption = False) -> None:
     """Every verb starts at INFO; a verb that loads a config applies its ``log_level``."""
     _configure_logging("info")
     if home is not None:
@@ -102,7 +123,7 @@ def _load(path: Path | None, *, find_bus: bool = True) -> Config:
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
-    _configure_logging(cfg.log_level)
+    _configure_logging(cfg.log_level, cfg.log_format)
     if find_bus and not cfg.bus.url:
         from tidelake.bus.discovery import find_bus as lookup_bus
         from tidelake.bus.discovery import use_bus
@@ -458,8 +479,7 @@ def verify(
     json: Annotated[bool, typer.Option("--json", help="print one JSON line per table")] = False,
 ) -> None:
     """Compare live source tables with their Hudi tables: counts, row hashes, first differences."""
-    from rich.table import Table
-
+    from tidelake.cli.output import Column, print_table
     from tidelake.verify.source import verify_table
 
     cfg = _load(config)
@@ -469,15 +489,20 @@ def verify(
         for r in results:
             print_json(r.to_json())
     else:
-        out = Table(title="source vs lake, row by row", title_justify="left")
-        for col in ("table", "source rows", "lake rows", "mismatches", "hashes"):
-            out.add_column(col)
+        rows = []
         for r in results:
             same = "equal" if r.hash_source == r.hash_lake and r.hash_source else "differ"
             style = "green" if r.ok else "bold red"
-            out.add_row(r.table, str(r.rows_source), str(r.rows_lake),
-                        f"[{style}]{r.mismatches}[/]", same)  # fmt: skip
-        console.print(out)
+            rows.append([escape(r.table), str(r.rows_source), str(r.rows_lake),
+                         f"[{style}]{r.mismatches}[/]", same])  # fmt: skip
+        print_table(
+            console,
+            [Column("table", ident=True), Column("source rows", "right"),
+             Column("lake rows", "right"), Column("mismatches", "right"), Column("hashes")],
+            rows,
+            title="source vs lake, row by row",
+            label_first=False,
+        )  # fmt: skip
         for r in results:
             if r.error:
                 console.print(f"[bold red]{r.table}[/] {r.error}")
@@ -488,20 +513,49 @@ def verify(
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="Spark SQL, e.g. SELECT * FROM db.t")],
+    sql: Annotated[str, typer.Argument(help="SQL over db.table names, e.g. SELECT * FROM shop.t")],
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(help="rows shown at most")] = 1000,
+    engine: Annotated[
+        str,
+        typer.Option(
+            metavar="duckdb|spark",
+            help="duckdb: JVM-free, the latest snapshot of the tables named (hudi-rs + DuckDB "
+            "SQL); spark: Spark SQL with every table registered (time travel, incremental "
+            "queries)",
+        ),
+    ] = "duckdb",
+    json: Annotated[bool, typer.Option("--json", help="one JSON object per row")] = False,
+    csv: Annotated[bool, typer.Option("--csv", help="CSV with a header row")] = False,
 ) -> None:
-    """Run Spark SQL over the lake's tables and print the result."""
-    from tidelake.errors import TidelakeError
-    from tidelake.lake.query import run_query
+    """Run SQL over the lake's tables and print the result (DuckDB, no JVM, by default)."""
+    from tidelake.cli.output import Column, cell, print_csv, print_table
+    from tidelake.lake.query import ENGINES, QueryError, run_query
 
-    cfg = _load(config)
+    if engine not in ENGINES:
+        raise typer.BadParameter(f"takes {' or '.join(ENGINES)}", param_hint="--engine")
+    if json and csv:
+        raise typer.BadParameter("give one of --json and --csv", param_hint="--csv")
+    cfg = _load(config, find_bus=False)
     try:
-        run_query(cfg, sql, limit, console)
-    except TidelakeError as exc:
-        err_console.print(f"[bold red]query failed[/] {exc}")
+        result = run_query(cfg, sql, limit, engine)
+    except QueryError as exc:
+        err_console.print(f"[bold red]query failed[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from exc
+    more = " (more not shown; --limit)" if result.truncated else ""
+    if json:
+        for row in result.rows:
+            print_json(dict(zip(result.columns, row, strict=True)))
+    elif csv:
+        print_csv(result.columns, result.rows)
+    else:
+        columns = [Column(name) for name in result.columns]
+        rows = [[escape(cell(v)) for v in row] for row in result.rows]
+        print_table(console, columns, rows)
+        console.print(f"{len(result.rows)} row(s){more}")
+        return
+    if more:
+        err_console.print(f"{len(result.rows)} row(s){more}")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -10,50 +10,63 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import logging
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import structlog
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from tidelake.api.monitor import STALE_AFTER_S
-from tidelake.cli.output import print_json
+from tidelake.cli.output import (
+    Column,
+    abbreviate,
+    is_plain,
+    make_console,
+    print_csv_records,
+    print_json,
+    print_table,
+)
 from tidelake.config import Config
 
 T = TypeVar("T")
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 ConfigOption = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config file (default: $TIDELAKE_CONFIG or none)"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
+CsvOption = Annotated[bool, typer.Option("--csv", help="print CSV (a header row, then rows)")]
+WideOption = Annotated[
+    bool,
+    typer.Option("--wide", help="every column and every text whole, however wide the terminal"),
+]
 
-dlq_app = typer.Typer(help="List, show, replay or discard dead letters.", no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="List, show, replay or discard dead letters.", no_args_is_help=True, rich_markup_mode=None
+)
 table_app = typer.Typer(
     help="Pause or resume the ingest of a table, or skip the DDL it is paused on.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
-def _load(path: Path | None, log_level: int = logging.ERROR) -> Config:
-    """The config; logs go to stderr (stdout carries tables and JSON) at ``log_level``."""
+def _load(path: Path | None) -> Config:
+    """The config; logs go to stderr (stdout carries tables and JSON) at its ``log_level``."""
     from tidelake.cli import _load as load
 
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(log_level),
-    )
     return load(path)
+
+
+def _one_format(json: bool, csv: bool) -> None:
+    if json and csv:
+        raise typer.BadParameter("give one of --json and --csv", param_hint="--csv")
 
 
 def _json(data: Any) -> None:
@@ -127,7 +140,7 @@ def serve(
     from tidelake.config import ApiConfig
     from tidelake.errors import ConfigError
 
-    cfg = _load(config, logging.INFO)
+    cfg = _load(config)
     try:
         api = ApiConfig.model_validate(
             {
@@ -158,10 +171,18 @@ def status(
     check: Annotated[
         bool, typer.Option("--check", help="exit 1 unless the pipeline is healthy")
     ] = False,
+    csv: Annotated[
+        bool, typer.Option("--csv", help="print the tables as CSV (every field of each)")
+    ] = False,
+    wide: WideOption = False,
 ) -> None:
-    """The pipeline at a glance: processes, bus, tables (freshness, lag), errors."""
+    """The pipeline at a glance: processes, bus, tables (freshness, lag), errors.
+
+    On a terminal narrower than the tables table, each table is a block of its fields
+    (--wide: the table anyway); in a pipe, plain aligned columns, nothing cut."""
     from tidelake.api.monitor import Monitor, status_json
 
+    _one_format(json, csv)
     cfg = _load(config)
 
     async def snap() -> dict[str, Any]:
@@ -174,8 +195,13 @@ def status(
     data = asyncio.run(snap())
     if json:
         _json(data)
+    elif csv:
+        # One row per table: its scalar fields (the recent commits are in --json).
+        print_csv_records(
+            [{k: v for k, v in t.items() if not isinstance(v, list)} for t in data["tables"]]
+        )
     else:
-        render_status(data, console)
+        render_status(data, console, wide=wide)
     if check and data["state"] != "healthy":
         raise typer.Exit(1)
 
@@ -192,27 +218,37 @@ _STATE_STYLE = {
 }
 
 
-def render_status(data: dict[str, Any], out: Console) -> None:
-    """Rich tables of a ``/api/status`` document."""
+def render_status(data: dict[str, Any], out: Console, *, wide: bool = False) -> None:
+    """A ``/api/status`` document for a person: rich tables on a terminal (one block per
+    table when the terminal is narrower than the tables table, unless ``wide``), plain
+    aligned text otherwise. Problems, warnings and errors are printed whole."""
     state = data["state"]
     out.print(f"pipeline [{_STATE_STYLE.get(state, '')}]{state}[/]  at {_when(data['now_ms'])} UTC")
+    # A terminal wraps long texts at words; a pipe gets each whole on one line.
+    whole_lines = is_plain(out)
     for problem in data["problems"]:
-        out.print(f"  [yellow]•[/] {escape(problem)}", soft_wrap=True)
+        out.print(f"  [yellow]•[/] {escape(problem)}", soft_wrap=whole_lines)
     for warning in data.get("warnings", []):
-        out.print(f"  [yellow]warning[/] {escape(warning)}", soft_wrap=True)
-    procs = Table(title="processes", title_justify="left")
-    for col in ("stage", "up", "state", "heartbeat age", "pid", "host"):
-        procs.add_column(col)
-    for name, p in data["processes"].items():
-        procs.add_row(
-            name,
-            "[green]up[/]" if p["up"] else "[red]down[/]",
-            str(p["state"]),
-            _secs(p["heartbeat_age_s"]),
-            str(p["pid"] or "-"),
-            str(p["host"] or "-"),
-        )
-    out.print(procs)
+        out.print(f"  [yellow]warning[/] {escape(warning)}", soft_wrap=whole_lines)
+    print_table(
+        out,
+        [Column("stage", ident=True), Column("up"), Column("state"),
+         Column("heartbeat age", "right"), Column("pid", "right", ident=True), Column("host")],
+        [
+            [
+                escape(name),
+                "[green]up[/]" if p["up"] else "[red]down[/]",
+                escape(str(p["state"])),
+                _secs(p["heartbeat_age_s"]),
+                str(p["pid"] or "-"),
+                escape(str(p["host"] or "-")),
+            ]
+            for name, p in data["processes"].items()
+        ],
+        title="processes",
+        wide=wide,
+        label_first=False,
+    )  # fmt: skip
     bus = data["bus"]
     if bus["up"]:
         c = bus.get("consumer") or {}
@@ -222,47 +258,49 @@ def render_status(data: dict[str, Any], out: Console) -> None:
             f"ack pending {c.get('ack_pending', 0):,} · dead letters {bus['dlq']['messages']:,}"
         )
     else:
-        out.print(f"bus: [red]unreachable[/] {bus['error']}")
+        out.print(f"bus: [red]unreachable[/] {escape(str(bus['error']))}", soft_wrap=whole_lines)
     s = data["stage"]
     out.print(
         f"staged: {s['batches']:,} batches · received {s['received']:,} = staged {s['staged']:,}"
         f" + dead-lettered {s['dead_lettered']:,} + skipped {s['skipped']:,}"
     )
-    tables = Table(title="tables", title_justify="left")
-    for col in (
-        "table",
-        "state",
-        "freshness",
-        "lag",
-        "checkpoint",
-        "stream last",
-        "commits",
-        "upserts",
-        "deletes",
-        "skipped",
-        "last commit",
-    ):
-        tables.add_column(col, justify="left" if col in ("table", "state") else "right")
-    for t in data["tables"]:
-        tables.add_row(
-            t["table"],
-            f"[{_STATE_STYLE.get(t['state'], '')}]{t['state']}[/]",
-            _secs(t["freshness_s"]),
-            _secs(t["lag_s"]),
-            f"{t['checkpoint_seq']:,}",
-            "-" if t["stream_last_seq"] is None else f"{t['stream_last_seq']:,}",
-            f"{t['commits']:,}",
-            f"{t['upserts']:,}",
-            f"{t['deletes']:,}",
-            f"{t['skipped_duplicates'] + t['skipped_stale']:,}",
-            _when(t["last_commit_ms"]),
-        )
-    out.print(tables)
-    # Whole, and as text: a reason (a JVM cause chain, a DDL) may hold brackets rich would
-    # take for markup; the root cause is at its end.
+    numbers = ("freshness", "lag", "checkpoint", "stream last", "commits", "upserts", "deletes",
+               "skipped")  # fmt: skip
+    print_table(
+        out,
+        [
+            Column("table", ident=True),
+            Column("state"),
+            *(Column(name, "right") for name in numbers),
+            Column("last commit (UTC)"),
+        ],
+        [
+            [
+                escape(t["table"]),
+                f"[{_STATE_STYLE.get(t['state'], '')}]{t['state']}[/]",
+                _secs(t["freshness_s"]),
+                _secs(t["lag_s"]),
+                f"{t['checkpoint_seq']:,}",
+                "-" if t["stream_last_seq"] is None else f"{t['stream_last_seq']:,}",
+                f"{t['commits']:,}",
+                f"{t['upserts']:,}",
+                f"{t['deletes']:,}",
+                f"{t['skipped_duplicates'] + t['skipped_stale']:,}",
+                _when(t["last_commit_ms"]),
+            ]
+            for t in data["tables"]
+        ],
+        title="tables",
+        wide=wide,
+        label_first=False,
+    )
+    # Whole (wrapped at words on a terminal), and as text: a reason (a JVM cause chain, a
+    # DDL) may hold brackets rich would take for markup; the root cause is at its end.
     for e in data["errors"]:
         where = f"{e['source']}" + (f" {e['table']}" if e.get("table") else "")
-        out.print(f"[red]error[/] {escape(where)}: {escape(str(e['message']))}", soft_wrap=True)
+        out.print(
+            f"[red]error[/] {escape(where)}: {escape(str(e['message']))}", soft_wrap=whole_lines
+        )
 
 
 # --- dead letters ----------------------------------------------------------------------------
@@ -274,26 +312,53 @@ def dlq_list(
     limit: Annotated[int, typer.Option(help="dead letters shown at most")] = 50,
     start: Annotated[int, typer.Option(help="first DLQ sequence")] = 1,
     json: JsonOption = False,
+    csv: CsvOption = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="reasons whole (a terminal shows their start)")
+    ] = False,
 ) -> None:
-    """Dead letters with their reason, original subject and sequence."""
+    """Dead letters with their reason, original subject and sequence.
+
+    On a terminal a reason is cut to its first characters unless --wide; in a pipe, and with
+    --json or --csv, every reason is whole."""
+    _one_format(json, csv)
     cfg = _load(config)
     page = _bus_call(cfg, lambda bus: bus.dlq_list(start, limit))
     if json:
         _json(page)
         return
-    table = Table(title=f"dead letters ({cfg.bus.dlq.name})", title_justify="left")
-    for col in ("dlq seq", "time (UTC)", "original subject", "seq", "deliveries", "reason"):
-        table.add_column(col)
+    columns = ["dlq_seq", "time_ms", "original_subject", "original_seq", "deliveries", "reason"]
+    if csv:
+        print_csv_records(page["messages"], columns)
+        return
+    whole = wide or is_plain(console)
+    cut = False
+    rows = []
     for m in page["messages"]:
-        table.add_row(
-            str(m["dlq_seq"]),
-            _when(m["time_ms"]),
-            str(m["original_subject"]),
-            str(m["original_seq"]),
-            str(m["deliveries"]),
-            str(m["reason"])[:80],
+        reason = str(m["reason"])
+        shown = reason if whole else abbreviate(reason)
+        cut = cut or shown != reason
+        rows.append(
+            [
+                str(m["dlq_seq"]),
+                _when(m["time_ms"]),
+                escape(str(m["original_subject"])),
+                str(m["original_seq"]),
+                str(m["deliveries"]),
+                escape(shown),
+            ]
         )
-    console.print(table)
+    print_table(
+        console,
+        [Column("dlq seq", "right", ident=True), Column("time (UTC)"),
+         Column("original subject"), Column("seq", "right", ident=True),
+         Column("deliveries", "right"), Column("reason")],
+        rows,
+        title=f"dead letters ({cfg.bus.dlq.name})",
+        wide=wide,
+    )  # fmt: skip
+    if cut:
+        console.print("reasons cut to their start: --wide (or --json) shows them whole")
     if page["next_seq"]:
         console.print(f"more: tidelake dlq list --start {page['next_seq']}")
 
@@ -317,12 +382,20 @@ def dlq_show(
     console.print(m["payload"], markup=False, highlight=False)
 
 
+def _check_seqs(seqs: list[int], all_: bool) -> None:
+    """Exactly one of DLQ sequences and ``--all``, else a usage error (exit 2)."""
+    if not seqs and not all_:
+        raise typer.BadParameter("name DLQ sequences, or --all for every dead letter",
+                                 param_hint="SEQS")  # fmt: skip
+    if seqs and all_:
+        raise typer.BadParameter("name DLQ sequences or give --all, not both",
+                                 param_hint="--all")  # fmt: skip
+
+
 def _each_dlq(
     cfg: Config, seqs: list[int], all_: bool, op: str, fn: Callable[[Any, int], Awaitable[Any]]
 ) -> list[Any]:
-    if not seqs and not all_:
-        err_console.print("[bold red]name DLQ sequences or --all[/]")
-        raise typer.Exit(2)
+    _check_seqs(seqs, all_)
 
     async def run(bus: Any) -> list[Any]:
         todo = await bus.dlq_seqs() if all_ else seqs
@@ -349,6 +422,7 @@ def dlq_replay(
     The ingest applies a replayed event even below its table's watermark unless its key (or
     the whole table, by a DDL) was deleted at a later position — then it is skipped as stale
     and counted; Hudi's ordering by position keeps a newer stored row (docs/guarantees.md)."""
+    _check_seqs(seqs or [], all_)
     cfg = _load(config)
     done = _each_dlq(cfg, seqs or [], all_, "replaying", lambda bus, s: bus.dlq_replay(s))
     if json:
@@ -366,11 +440,11 @@ def dlq_discard(
     all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="no question asked")] = False,
 ) -> None:
-    """Delete dead letters for good."""
+    """Delete dead letters for good (asks first unless --yes)."""
+    _check_seqs(seqs or [], all_)
     cfg = _load(config)
-    if not yes and not typer.confirm(
-        f"discard {'every dead letter' if all_ else len(seqs or [])} for good?"
-    ):
+    what = "every dead letter" if all_ else "dead letter(s) " + ", ".join(map(str, seqs or []))
+    if not yes and not typer.confirm(f"discard {what} for good?"):
         raise typer.Exit(1)
     done = _each_dlq(cfg, seqs or [], all_, "discarding", lambda bus, s: bus.dlq_discard(s))
     console.print(f"{len(done)} discarded")
@@ -441,13 +515,44 @@ def replay(
 # --- tables ----------------------------------------------------------------------------------
 
 
+def known_tables(cfg: Config) -> set[str]:
+    """Every ``db.table`` the pipeline has seen: committed or skipped by the ingest (its
+    ledger), paused or blocked on a DDL, staged (the manifests), or in the lake. An
+    operator's request alone does not make a table known."""
+    from tidelake.api.records import StageRecord
+    from tidelake.lake.ledger import Ledger
+    from tidelake.lake.query import known_tables as lake_tables
+    from tidelake.runtime.storage import open_storage
+
+    ledger = Ledger(cfg.lake_state_dir)
+    names = {c.table for c in ledger.commits()} | {s.table for s in ledger.skipped()}
+    names |= set(ledger.paused()) | set(ledger.blocked())
+    stage = StageRecord(open_storage(cfg.stage_root, cfg.storage.s3))
+    stage.refresh()
+    names |= set(stage.totals.events_by_table)
+    return names | set(lake_tables(cfg.lake_root))
+
+
+def _require_known(cfg: Config, table: str) -> None:
+    """Exit 2 naming the known tables when ``table`` is none of them (a typo would else
+    record a request nothing ever reads)."""
+    known = known_tables(cfg)
+    if table not in known:
+        shown = ", ".join(sorted(known)) if known else "none yet"
+        err_console.print(
+            f"[bold red]unknown table {escape(table)}[/]; known: {escape(shown)}", soft_wrap=True
+        )
+        raise typer.Exit(2)
+
+
 def _request(
     config: Path | None, table: str, action: Literal["pause", "resume"], reason: str = ""
 ) -> None:
-    """Record ``action`` for ``table`` in the ledger; a bad table name exits 2."""
+    """Record ``action`` for ``table`` in the ledger; a bad or unknown table name exits 2."""
     from tidelake.lake.ledger import Ledger
 
     cfg = _load(config)
+    _require_known(cfg, table)
     try:
         req = Ledger(cfg.lake_state_dir).request(table, action, reason)
     except ValueError as exc:
@@ -484,6 +589,7 @@ def table_skip_ddl(
     from tidelake.lake.ledger import Ledger
 
     cfg = _load(config)
+    _require_known(cfg, table)
     ledger = Ledger(cfg.lake_state_dir)
     blocked = ledger.blocked().get(table)
     if blocked is None:

@@ -1,47 +1,176 @@
-"""``tidelake query``: Spark SQL over the lake's tables, printed as a table."""
+"""``tidelake query``: SQL over the lake's tables, answered by DuckDB (default) or Spark.
+
+The default engine needs no JVM: the tables a statement names (found by parsing it with
+sqlglot) are read by hudi-rs into Arrow (:func:`tidelake.verify.lake.read_table`, the latest
+snapshot) and the statement runs in an in-memory DuckDB where ``db.table`` is a view in
+schema ``db``. Only the named tables are read, so a query over one table of a large lake
+answers in well under a second. ``--engine spark`` starts a Spark session with every lake
+table registered, for what only Spark reads: time travel, incremental queries, Spark SQL
+syntax. Both return a :class:`QueryResult`; printing it is the CLI's business.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from rich.console import Console
-from rich.table import Table
+import sqlglot
+from sqlglot import exp
 
 from tidelake.config import Config
 from tidelake.errors import IngestError
+from tidelake.lake.hudi import TIDELAKE_DIR, local_dir, split_table_id
+from tidelake.names import segment_name, table_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Engine = Literal["duckdb", "spark"]
+ENGINES: tuple[Engine, ...] = ("duckdb", "spark")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes | bytearray):
-        return "0x" + bytes(value).hex()
-    return str(value)
+class QueryError(IngestError):
+    """The statement did not parse, named an unknown table, or failed to run."""
 
 
-def run_query(config: Config, sql: str, limit: int, console: Console) -> int:
-    """Run ``sql`` in a session with every lake table registered; returns the rows shown."""
+@dataclass(frozen=True)
+class QueryResult:
+    """Column names and at most ``limit`` rows; ``truncated`` when more rows exist."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+
+
+def referenced_tables(sql: str) -> list[tuple[str, str]]:
+    """``(db, table)`` of every qualified table ``sql`` reads, in order, once each.
+
+    Names of common table expressions are not tables; an unqualified name is left to the
+    engine (it fails there naming the table)."""
+    try:
+        statements = sqlglot.parse(sql, read="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        raise QueryError(f"the statement does not parse: {exc}") from exc
+    found: dict[tuple[str, str], None] = {}
+    for statement in statements:
+        if statement is None:
+            continue
+        ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
+        for table in statement.find_all(exp.Table):
+            if table.catalog or not table.db or not table.name:
+                continue
+            if table.name in ctes and not table.db:
+                continue
+            found[(table.db, table.name)] = None
+    return list(found)
+
+
+def known_tables(lake_root: str) -> list[str]:
+    """``db.table`` of every table of a local lake (empty for one on object storage), sorted.
+
+    The same glob as ``lake.store.discover_tables``, without that module's Spark imports:
+    ``query`` answers faster than PySpark imports."""
+    base = local_dir(lake_root)
+    if base is None or not base.is_dir():
+        return []
+    return sorted(
+        table_id(segment_name(props.parents[2].name), segment_name(props.parents[1].name))
+        for props in base.glob("*/*/.hoodie/hoodie.properties")
+        if props.parents[2].name != TIDELAKE_DIR
+    )
+
+
+def _resolve(config: Config, database: str, table: str, known: list[str]) -> str:
+    """The lake's ``db.table`` for a name in SQL: exact, else the one equal ignoring case
+    (SQL identifiers are case-insensitive unless quoted)."""
+    wanted = f"{database}.{table}"
+    exact = [t for t in known if split_table_id(t) == (database, table)]
+    if exact:
+        return exact[0]
+    folded = [t for t in known if tuple(p.lower() for p in split_table_id(t)) == (
+        database.lower(), table.lower())]  # fmt: skip
+    if len(folded) == 1:
+        return folded[0]
+    if local_dir(config.lake_root) is None:
+        return wanted  # object storage: read_table says whether it exists
+    shown = ", ".join(known) if known else "none yet"
+    raise QueryError(f"unknown table {wanted}; known: {shown}")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def run_duckdb(config: Config, sql: str, limit: int) -> QueryResult:
+    """Run ``sql`` in DuckDB over the snapshots of the lake tables it names."""
+    import duckdb
+
+    from tidelake.verify.lake import read_table
+
+    known = known_tables(config.lake_root)
+    con = duckdb.connect(":memory:")
+    try:
+        # Spark's session runs in UTC (lake/spark.py): the two engines show the same instants.
+        con.execute("SET TimeZone = 'UTC'")
+        for n, (database, table) in enumerate(referenced_tables(sql)):
+            if database == TIDELAKE_DIR:
+                raise QueryError(f"{database}.{table}: the lake's own state is not a table")
+            table_id = _resolve(config, database, table, known)
+            try:
+                data = read_table(config.lake_root, table_id, config.storage.s3)
+            except (IngestError, OSError) as exc:  # refused (schema-on-read) or unreadable
+                raise QueryError(f"{table_id}: {exc} (--engine spark may read it)") from exc
+            if not data.column_names:
+                raise QueryError(f"unknown table {table_id}; it holds no data yet")
+            arrow_name = f"__tidelake_arrow_{n}"
+            con.register(arrow_name, data)
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(database)}")
+            con.execute(
+                f"CREATE OR REPLACE VIEW {_quote(database)}.{_quote(table)} AS "
+                f"SELECT * FROM {_quote(arrow_name)}"
+            )
+        try:
+            cursor = con.execute(sql)
+            if cursor.description is None:  # a statement with no result set
+                return QueryResult([], [], False)
+            columns = [d[0] for d in cursor.description]
+            rows = cursor.fetchmany(limit + 1)
+            return QueryResult(columns, rows[:limit], len(rows) > limit)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).split("\n", 1)[0]) from exc
+    finally:
+        con.close()
+
+
+def run_spark(
+    config: Config, sql: str, limit: int, spark: SparkSession | None = None
+) -> QueryResult:
+    """Run ``sql`` as Spark SQL with every lake table registered: in ``spark`` when given
+    (left running), else in a session started for it and stopped after."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    from tidelake.lake.spark import build_spark_session
+    from tidelake.lake.spark import build_spark_session, register_lake_tables
 
-    spark = build_spark_session(config, app_name="tidelake-query")
+    own = spark is None
+    if spark is None:
+        spark = build_spark_session(config, app_name="tidelake-query")
+    else:
+        register_lake_tables(spark, config.lake_root)
     try:
         try:
             df = spark.sql(sql)
             rows = df.limit(limit + 1).collect()
         except (PySparkException, Py4JJavaError) as exc:
-            raise IngestError(str(exc).split("\n", 1)[0]) from exc
-        table = Table(show_lines=False)
-        for name in df.columns:
-            table.add_column(name)
-        for row in rows[:limit]:
-            table.add_row(*(_cell(v) for v in row))
-        console.print(table)
-        shown = min(len(rows), limit)
-        more = " (more not shown; --limit)" if len(rows) > limit else ""
-        console.print(f"{shown} row(s){more}")
-        return shown
+            raise QueryError(str(exc).split("\n", 1)[0]) from exc
+        return QueryResult(list(df.columns), [tuple(r) for r in rows[:limit]], len(rows) > limit)
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
+
+
+def run_query(config: Config, sql: str, limit: int, engine: Engine = "duckdb") -> QueryResult:
+    """Run ``sql`` on ``engine``; :class:`QueryError` says why it failed."""
+    if engine == "spark":
+        return run_spark(config, sql, limit)
+    return run_duckdb(config, sql, limit)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import shlex
 import statistics
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -324,8 +326,13 @@ def render_summary(result: DemoResult, console: Console) -> None:
     elif result.mismatches == 0:
         console.print(f"[bold green]the lake equals the source.[/] Lake: {result.lake}")
     if result.ok and "://" not in result.lake:  # a private object store is gone by now
-        console.print(
-            "Query it:  .venv/bin/tidelake query "
-            f"--config {Path(result.lake).parent / 'config.yaml'} "
-            "'SELECT status, count(*) FROM shop.orders GROUP BY status'"
-        )
+        # On lines of their own, never wrapped by rich: a terminal-width break inside the SQL
+        # made the hint uncopyable.
+        config = shlex.quote(str(Path(result.lake).parent / "config.yaml"))
+        program = sys.argv[0] if Path(sys.argv[0]).name == "tidelake" else "tidelake"
+        console.print("Query it (DuckDB over the lake, no JVM):")
+        for line in (
+            f"  {shlex.quote(program)} query --config {config} \\",
+            "    'SELECT status, count(*) FROM shop.orders GROUP BY status'",
+        ):
+            console.print(line, soft_wrap=True, markup=False, highlight=False)

@@ -1,4 +1,4 @@
-"""``tidelake ingest --once`` and ``tidelake query`` as a user runs them."""
+"""``tidelake ingest --once`` and ``tidelake query`` (piped, --json, --csv) as a user runs them."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def _tidelake(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ingest_once_then_query_prints_the_rows(lake: Lake) -> None:
-    """`ingest --once` applies the staged batch and exits 0; `query` prints a table of it."""
+    """`ingest --once` applies the staged batch and exits 0; `query` prints it plainly when
+    piped, as JSON lines or CSV on request, and names an unknown table."""
     lake.stage(
         [
             event("insert", 1, 10, 1, values={"status": "new", "amount": "9.50"}),
@@ -39,9 +40,17 @@ def test_ingest_once_then_query_prints_the_rows(lake: Lake) -> None:
     assert "ingest: 1 commits, 3 events" in ingest.stderr
     assert "Exception" not in ingest.stderr
 
-    query = _tidelake(lake, "query", "SELECT id, status, amount FROM shop.orders ORDER BY id")
+    sql = "SELECT id, status, amount FROM shop.orders ORDER BY id"
+    query = _tidelake(lake, "query", sql)
     assert expected_rc == query.returncode, query.stderr[-3000:]
-    lines = [line for line in query.stdout.splitlines() if "new" in line]
-    expected = [["1", "new", "9.50"]]
-    assert expected == [[c.strip() for c in line.strip("│┃ ").split("│")] for line in lines]
-    assert "1 row(s)" in query.stdout
+    # Piped: plain aligned columns, a header line, then the rows, then the count.
+    expected_lines = [["id", "status", "amount"], ["1", "new", "9.50"], ["1", "row(s)"]]
+    assert expected_lines == [line.split() for line in query.stdout.splitlines()]
+
+    as_json = _tidelake(lake, "query", "--json", sql)
+    assert '{"id":1,"status":"new","amount":"9.50"}\n' == as_json.stdout
+    as_csv = _tidelake(lake, "query", "--csv", sql)
+    assert "id,status,amount\n1,new,9.50\n" == as_csv.stdout
+    unknown = _tidelake(lake, "query", "SELECT * FROM shop.nosuch")
+    expected = (1, "query failed unknown table shop.nosuch; known: shop.orders")
+    assert expected == (unknown.returncode, unknown.stderr.strip())

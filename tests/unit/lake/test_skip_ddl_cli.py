@@ -25,6 +25,13 @@ def _tidelake(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _lake_table(home: Path, database: str = "shop", table: str = "orders") -> None:
+    """A table the lake holds (what ``discover_tables`` finds), so the verbs know it."""
+    hoodie = home / "lake" / database / table / ".hoodie"
+    hoodie.mkdir(parents=True)
+    (hoodie / "hoodie.properties").write_text("hoodie.table.name=shop_orders\n")
+
+
 def test_skip_ddl_writes_a_skip_request_for_the_blocked_ddls_sequence(tmp_path: Path) -> None:
     """With the table in ddl_blocked.json, control.json gets skip_ddl with that DDL's stream
     sequence (which the ingest matches against the DDL before skipping it)."""
@@ -41,6 +48,7 @@ def test_skip_ddl_writes_a_skip_request_for_the_blocked_ddls_sequence(tmp_path: 
 
 def test_skip_ddl_refuses_a_table_not_paused_on_a_ddl(tmp_path: Path) -> None:
     """Nothing to skip: exit 2 with the reason, and no request is written."""
+    _lake_table(tmp_path)
     proc = _tidelake(tmp_path, "table", "skip-ddl", "shop.orders")
     assert 2 == proc.returncode
     assert "not paused on a DDL" in proc.stderr
@@ -51,6 +59,7 @@ def test_pause_and_resume_record_their_requests_and_a_bare_name_exits_2(tmp_path
     """``table pause`` then ``table resume`` leave the last request in control.json; a table
     named without its database is refused with exit 2 and nothing written."""
     state = tmp_path / "lake" / "_tidelake"
+    _lake_table(tmp_path)
     refused = _tidelake(tmp_path, "table", "pause", "orders")
     assert 2 == refused.returncode
     assert {} == Ledger(state).requests()
@@ -65,3 +74,20 @@ def test_pause_and_resume_record_their_requests_and_a_bare_name_exits_2(tmp_path
     assert 0 == resumed.returncode, resumed.stderr
     assert "resume of shop.orders requested at" in resumed.stdout
     assert "resume" == Ledger(state).requests()["shop.orders"].action
+
+
+def test_table_verbs_refuse_an_unknown_table_naming_the_known_ones(tmp_path: Path) -> None:
+    """``table pause|resume|skip-ddl shop.nosuch`` exit 2 with "unknown table shop.nosuch;
+    known: …" (the lake's tables and those paused or blocked), and write no request."""
+    _lake_table(tmp_path)
+    state = tmp_path / "lake" / "_tidelake"
+    state.mkdir(parents=True)
+    blocked = {"shop.items": {"seq": 7, "position": "x", "ddl": "ALTER …", "reason": "r"}}
+    (state / "ddl_blocked.json").write_bytes(orjson.dumps(blocked))
+    expected = [(2, "unknown table shop.nosuch; known: shop.items, shop.orders")] * 3
+    actual = []
+    for verb in ("pause", "resume", "skip-ddl"):
+        proc = _tidelake(tmp_path, "table", verb, "shop.nosuch")
+        actual.append((proc.returncode, proc.stderr.strip()))
+    assert expected == actual
+    assert {} == Ledger(state).requests()

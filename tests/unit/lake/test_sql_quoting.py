@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "src" / "tidelake"
 QUOTERS = {"quote_identifier", "_sql_string"}
 #: Statements taken as they are, and why that is right.
 TRUSTED = {
-    ("lake/query.py", "run_query", "sql"): "the operator's own query (`tidelake query`)",
+    ("lake/query.py", "run_spark", "sql"): "the operator's own query (`tidelake query`)",
 }
 
 
