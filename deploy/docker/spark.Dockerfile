@@ -1,18 +1,11 @@
 # syntax=docker/dockerfile:1
 # The Spark job image: `tidelake ingest` (PySpark 3.5.7 + the Hudi bundle) with Java 17 and
-# every jar of scripts/jars.txt baked in, so the job never downloads anything at run time.
+# every pinned jar (src/tidelake/runtime/jars.txt: Hudi and S3A) baked in by `tidelake setup`,
+# verified by SHA-256, so the job never downloads anything at run time.
 # It runs Spark in local mode (the default), or as a client of a cluster
 # (lake.spark.master: spark://…), or through `tidelake submit`. Build from the repository
 # root, tagged with the package version as the manifests and the release workflow name it:
 #   docker build -f deploy/docker/spark.Dockerfile -t tidelake-spark:0.1.0 .
-
-# --- the jars, fetched with Maven as scripts/setup does ---------------------------------------
-FROM maven:3.9-eclipse-temurin-17 AS jars
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-COPY scripts/jars.txt /tmp/jars.txt
-RUN grep -Ev '^(#|$)' /tmp/jars.txt | while read -r coord; do \
-      mvn -q -B dependency:copy -Dartifact="$coord" -DoutputDirectory=/opt/tidelake/jars; \
-    done && ls -l /opt/tidelake/jars
 
 # --- the wheel (no dashboard: the ingest serves nothing) -------------------------------------
 FROM python:3.11-slim-bookworm AS wheel
@@ -31,14 +24,15 @@ LABEL org.opencontainers.image.title="tidelake-spark" \
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=jars /opt/tidelake/jars/ /opt/tidelake/jars/
 COPY --from=wheel /wheels/ /tmp/wheels/
 # The extras of what this image runs: PySpark, S3A/S3 staging. Versions come from the
-# wheel's own requirements.
+# wheel's own requirements. Then the jars the wheel cannot carry, as a user's
+# `tidelake setup --s3` fetches them (exit 0 only with every jar verified, Java and PySpark).
 # hadolint ignore=DL3013
 RUN wheel="$(ls /tmp/wheels/tidelake-*.whl)" \
  && pip install --no-cache-dir "${wheel}[spark,s3]" \
  && rm -rf /tmp/wheels \
+ && tidelake setup --s3 --jar-cache /opt/tidelake/jars \
  && useradd --uid 10001 --home-dir /var/lib/tidelake --create-home tidelake \
  && install -d -o 10001 -g 10001 /var/lib/tidelake/state
 USER 10001
