@@ -230,3 +230,20 @@ def test_home_option_is_honoured_before_any_verb(tmp_path: Path) -> None:
     result = _tidelake("--home", str(chosen), "bus", "init", env=_env(tmp_path / "other"))
     assert 2 == result.returncode
     assert str(chosen / RECORD_FILE) in " ".join(result.stderr.split())
+
+
+def test_a_second_pipeline_on_a_live_home_is_refused(owner: tuple[ChildProcess, Path]) -> None:
+    """While the home's bus has a live owner, ``tidelake run`` on that home exits 1 naming
+    the owner's pid and URL (two pipelines would share one staging area and one lake), before
+    it starts anything; the owner's record stays."""
+    stage, home = owner
+    record = read_record(home)
+    assert record is not None
+    result = _tidelake("run", env=_env(home))
+    said = " ".join(result.stderr.split())
+    assert (1, True, True) == (
+        result.returncode,
+        f"(pid {stage.pid}) already runs this home's bus at {record.url}" in said,
+        stage.alive(),
+    )
+    assert record == read_record(home)
