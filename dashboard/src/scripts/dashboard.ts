@@ -101,6 +101,8 @@ interface Chart {
   lines: Line[];
   fmt: (v: number) => string;
   x: [number, number];
+  /** Counts: ticks on whole numbers only. */
+  integer: boolean;
 }
 
 const charts: Record<string, Chart> = {};
@@ -116,9 +118,11 @@ function timeLabel(ts: number): string {
   return hm === "00:00" ? iso.slice(5, 10) : hm;
 }
 
-function chart(id: string, lines: Line[], fmt: (v: number) => string): Chart {
+const INTEGER_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6, 1e7];
+
+function chart(id: string, lines: Line[], fmt: (v: number) => string, integer = false): Chart {
   if (charts[id]) return charts[id];
-  const c: Chart = { plot: null, el: $(id), lines, fmt, x: [0, 1] };
+  const c: Chart = { plot: null, el: $(id), lines, fmt, x: [0, 1], integer };
   charts[id] = c;
   return c;
 }
@@ -153,6 +157,7 @@ function build(c: Chart, data: uPlot.AlignedData): uPlot {
       {
         ...axis,
         size: 64,
+        ...(c.integer ? { incrs: INTEGER_STEPS } : {}),
         values: (_u, ticks) => {
           const labels = ticks.map((v) => c.fmt(v));
           c.el.dataset.yTicks = labels.join(" ");
@@ -212,25 +217,25 @@ function drawOverview(h: Json): void {
   );
   draw(
     chart("chart-lag", [
-      { label: "p50", color: C.blue, span: true },
       { label: "p99", color: C.yellow, span: true },
+      { label: "p50", color: C.blue, span: true },
     ], fmtSecs),
     h,
-    [s.lag_p50_s, s.lag_p99_s],
+    [s.lag_p99_s, s.lag_p50_s],
   );
   draw(
     chart("chart-duration", [
-      { label: "p50", color: C.magenta, span: true },
       { label: "max", color: C.red, span: true },
+      { label: "p50", color: C.magenta, span: true },
     ], fmtSecs),
     h,
-    [s.duration_p50_s, s.duration_max_s],
+    [s.duration_max_s, s.duration_p50_s],
   );
   draw(
     chart("chart-dlq", [
       { label: "dead letters", color: C.red, fill: true },
       { label: "consumer pending", color: C.cyan },
-    ], fmtCount),
+    ], fmtCount, true),
     h,
     [s.dlq_messages, s.consumer_pending],
   );
@@ -250,19 +255,19 @@ function drawTable(h: Json): void {
   ]);
   draw(
     chart("chart-table-lag", [
-      { label: "p50", color: C.blue, span: true },
       { label: "p99", color: C.yellow, span: true },
+      { label: "p50", color: C.blue, span: true },
     ], fmtSecs),
     h,
-    [s.lag_p50_s, s.lag_p99_s],
+    [s.lag_p99_s, s.lag_p50_s],
   );
   draw(
     chart("chart-table-duration", [
-      { label: "p50", color: C.magenta, span: true },
       { label: "max", color: C.red, span: true },
+      { label: "p50", color: C.magenta, span: true },
     ], fmtSecs),
     h,
-    [s.duration_p50_s, s.duration_max_s],
+    [s.duration_max_s, s.duration_p50_s],
   );
   $("table-commits-body").innerHTML = h.recent_commits.length
     ? h.recent_commits

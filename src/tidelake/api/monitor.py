@@ -6,11 +6,12 @@ Prometheus scrape at the same moment share one), and each rebuild reads only wha
 appended since the last (:mod:`tidelake.api.records`).
 
 States, per table: ``paused`` (the ingest holds it), ``fresh`` (its checkpoint covers the last
-message of its subject, or its newest applied change is at most :data:`FRESH_WITHIN_S` old:
-the steady state of a busy table, whose newest messages are always on their way), ``stale``
-(messages for it are in the stream beyond its checkpoint and its freshness is past
-``stale_after_s``), ``catching_up`` (behind, between the two), ``unknown`` (the bus is
-unreachable). The pipeline is ``down`` when
+message of its subject; or it keeps pace: its newest applied change is at most
+:data:`FRESH_WITHIN_S` old, or its last commit is that recent and landed its newest change
+within that time — the steady state of a busy table, whose newest messages are always on
+their way), ``stale`` (messages for it are in the stream beyond its checkpoint and its
+freshness is past ``stale_after_s``), ``catching_up`` (behind, neither), ``unknown`` (the bus
+is unreachable). The pipeline is ``down`` when
 the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
 when the bus is unreachable, dead letters wait or the ingest's state is unreadable,
 ``healthy`` otherwise.
@@ -27,7 +28,13 @@ from typing import Any
 import structlog
 
 from tidelake.api.jetstream import JetStream, is_bus_error
-from tidelake.api.records import DurabilityCheck, Histogram, LakeRecord, StageRecord
+from tidelake.api.records import (
+    DurabilityCheck,
+    Histogram,
+    LakeRecord,
+    StageRecord,
+    TableTotals,
+)
 from tidelake.config import Config
 from tidelake.lake.ledger import LedgerError
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_age_s, is_up, read_heartbeat
@@ -41,9 +48,22 @@ MIN_REFRESH_S = 0.5
 BUS_RETRY_S = 5.0
 #: Default: a table with unapplied messages whose freshness passes this is stale.
 STALE_AFTER_S = 60.0
-#: A table behind the stream whose newest applied change is at most this old (and within
-#: ``stale_after_s``) is ``fresh``: under steady load the last messages are always in flight.
+#: A table behind the stream that keeps pace within this many seconds is ``fresh`` (see
+#: :func:`table_states`): under steady load the last messages are always in flight.
 FRESH_WITHIN_S = 15.0
+
+
+def _keeps_pace(t: TableTotals, now_ms: int) -> bool:
+    """Whether a table behind the stream is only as far behind as a busy table always is:
+    its newest applied change is recent, or its last commit is recent and had a short lag."""
+    if t.max_commit_ts_ms is None:
+        return False  # never committed: catching up until it is
+    if now_ms - t.max_commit_ts_ms <= FRESH_WITHIN_S * 1000:
+        return True
+    recent = t.last_commit_ms is not None and now_ms - t.last_commit_ms <= FRESH_WITHIN_S * 1000
+    return recent and t.lag_s is not None and t.lag_s <= FRESH_WITHIN_S
+
+
 #: New manifests whose batch latency is measured per refresh (one message read each).
 LATENCY_SAMPLES_PER_REFRESH = 200
 
@@ -250,8 +270,8 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
             behind_s = (now - (since or now)) / 1000
             if behind_s > snap.stale_after_s:
                 state = "stale"
-            elif t.max_commit_ts_ms is not None and behind_s <= FRESH_WITHIN_S:
-                state = "fresh"  # a table never committed is catching up until it is
+            elif _keeps_pace(t, now):
+                state = "fresh"
             else:
                 state = "catching_up"
         out.append(

@@ -94,8 +94,8 @@ class Site:
                         "events": 200 + 60 * wave + 150 * k,
                         "upserts": 200,
                         "deletes": 0,
-                        "committed_at_ms": t + k * 4000,
-                        "max_commit_ts_ms": t + k * 4000 - 1500 - 250 * wave,
+                        "committed_at_ms": t + k * 1000,
+                        "max_commit_ts_ms": t + k * 1000 - 1500 - 250 * wave - 900 * k,
                         "duration_ms": 700 + 40 * wave,
                     }
                 )
@@ -119,9 +119,9 @@ class Site:
         samples, staged = [], 0
         for i in range(minutes * 12):
             t = start + i * 5000
-            staged += 40 + (i % 24) * 3
+            staged += 170 + (i % 12) * 10
             dlq_depth = 2 if minutes * 4 < i < minutes * 7 else 0
-            samples.append(Sample(t, staged, staged, 0, dlq_depth, (i * 37) % 90, 5))
+            samples.append(Sample(t, staged, staged, 0, dlq_depth, 3 + (i * 7) % 11, 5))
         (ring / "history.jsonl").write_bytes(b"".join(x.dumps() + b"\n" for x in samples))
         return start
 
@@ -266,7 +266,9 @@ def test_dashboard_of_a_running_pipeline_follows_a_tables_freshness(
     page: Page, tmp_path: Path
 ) -> None:
     """Stager, ingest and serve running: the page shows the table once its rows land, its
-    freshness grows while the source is idle, and drops back when newer rows land."""
+    freshness grows while the source is idle, and drops back when newer rows land; under a
+    steady flow of rows the table stays green (fresh), and after a reload the charts show the
+    commits made before it."""
     pipeline = start_pipeline(tmp_path / "pipeline")
     try:
         seqs = pipeline.publish_rows("shop.live", range(1, 4))
@@ -290,6 +292,22 @@ def test_dashboard_of_a_running_pipeline_follows_a_tables_freshness(
         assert seqs[-1] < later[-1]
         expect(page.get_by_test_id("pipeline-state")).to_have_text("healthy", timeout=15_000)
         expect(page.get_by_test_id("commits")).to_contain_text("shop.live")
+        state = page.get_by_test_id("state-shop.live")
+        seen = []
+        for n in range(40):  # 20 s of 10 rows every 0.5 s
+            pipeline.publish_rows("shop.live", range(100 + 10 * n, 110 + 10 * n))
+            time.sleep(0.5)
+            seen.append(state.text_content())
+        steady = seen[10:]
+        assert steady.count("fresh") >= 0.8 * len(steady), seen
+        expect(state).to_have_css("color", GREEN)
+        reloaded = int(time.time() * 1000)
+        page.reload()
+        drawn = _chart(page, "chart-lag")
+        assert int(drawn["first-ms"]) < reloaded - 10_000, drawn
+        assert int(_chart(page, "chart-throughput")["points"]) > 0
+        page.get_by_test_id("windows").get_by_role("button", name="15 min").click()
+        page.wait_for_timeout(1500)
         assert screenshot(page, "running-pipeline").stat().st_size > 10_000
     finally:
         pipeline.stop()
@@ -372,6 +390,8 @@ def test_after_a_reload_and_a_serve_restart_the_charts_show_the_past(
         assert re.search(r"\b\d\d:\d\d\b", drawn["x-ticks"]), (test_id, drawn)
         assert unit in drawn["y-ticks"], (test_id, drawn)
     expect(page.get_by_test_id("history-note")).to_contain_text("sampled by serve since")
+    ring = history_dir(load_config(s.config_path, environ={})) / "history.jsonl"
+    wait_for(lambda: len(ring.read_bytes().splitlines()) > 40 * 12, 15, "serve's own samples")
     expect(page.get_by_test_id("pipeline-state")).to_have_text("healthy")
     for table in ("shop.orders", "shop.items"):
         cell = page.get_by_test_id(f"state-{table}")
