@@ -202,3 +202,18 @@ def test_every_series_has_one_value_per_bucket(tmp_path: Path, window: int) -> N
     history = History(tmp_path, tmp_path / "serve")
     out = history.query(window, now_ms=NOW)
     assert {len(v) for v in out["series"].values()} == {len(out["t"])}
+
+
+def test_history_routes_need_the_token_when_one_is_set(tmp_path: Path) -> None:
+    """Like every other API route, the history answers 401 without the bearer token."""
+    cfg = load_config(None, environ={"TIDELAKE_HOME": str(tmp_path), "TIDELAKE_API__TOKEN": "t"})
+    app = create_app(cfg)
+
+    async def get(path: str, token: str | None) -> int:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            return (await c.get(path, headers=headers)).status_code
+
+    for path in ("/api/history", "/api/tables/shop.orders/history"):
+        assert (asyncio.run(get(path, None)), asyncio.run(get(path, "t"))) == (401, 200), path
