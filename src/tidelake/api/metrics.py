@@ -3,13 +3,22 @@
 Every metric is documented in docs/metrics.md (a test reads the names from there and finds
 each one in ``/metrics`` of a running pipeline). Counters come from the durable record, so
 they never go back after a crash of any stage; a restart of ``tidelake serve`` re-reads them.
+Beside them: ``tidelake_build_info`` and the ``serve`` process's own process, platform and
+garbage-collector metrics (the stages export theirs on their own endpoints:
+runtime/metrics_server.py). Label values are snake_case (``not JSON`` → ``not_json``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -20,6 +29,8 @@ from prometheus_client.registry import Collector
 
 from tidelake.api.monitor import Snapshot, pipeline_state, table_states
 from tidelake.runtime.heartbeat import heartbeat_age_s, is_up
+from tidelake.runtime.live_metrics import snake_label
+from tidelake.runtime.metrics_server import BuildInfoCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PIPELINE_STATES = ("healthy", "degraded", "stale", "down")
@@ -52,9 +63,13 @@ class SnapshotCollector(Collector):
             "Messages sent to the dead-letter stream, by reason",
             labels=["reason"],
         )
-        for reason, n in sorted(t.by_reason.items()):
+        reasons: dict[str, int] = {}
+        for reason, n in t.by_reason.items():
             if not reason.startswith("skipped:"):
-                dl.add_metric([reason], n)
+                label = snake_label(reason)
+                reasons[label] = reasons.get(label, 0) + n
+        for label, n in sorted(reasons.items()):
+            dl.add_metric([label], n)
         if t.dead_lettered and not any(
             not r.startswith("skipped:") for r in t.by_reason
         ):  # manifests without per-reason counts
@@ -218,4 +233,6 @@ class SnapshotCollector(Collector):
 def render(snap: Snapshot) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snap))
+    for collector in (BuildInfoCollector(), PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
     return generate_latest(registry)

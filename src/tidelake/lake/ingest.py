@@ -222,7 +222,7 @@ class Ingestor:
             else:
                 table_result = self.tables.apply(table_id, events, seq_last)
         except Exception as exc:
-            live.INGESTER_TABLE_FAILURES.labels(table_id).inc()
+            live.INGESTER_TABLE_FAILURES.inc()
             return self._failed(table_id, exc)
         self.failures.pop(table_id, None)
         self.unknown_failures.pop(table_id, None)

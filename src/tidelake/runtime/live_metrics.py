@@ -156,7 +156,6 @@ INGESTER_EVENTS = Counter(
 INGESTER_TABLE_FAILURES = Counter(
     "tidelake_ingester_table_failures",
     "A table's share of a round failed (held back for a retry, or paused)",
-    ["table"],
     registry=None,
 )
 INGESTER_COMMIT_SECONDS = Histogram(

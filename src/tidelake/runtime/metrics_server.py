@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
@@ -302,6 +302,13 @@ def serving(
         yield server
 
 
+class _Child(Protocol):
+    """A child process of ``run`` as :func:`assign_child_ports` sees it."""
+
+    name: str
+    env: dict[str, str]
+
+
 def child_port(cfg: MetricsConfig, stage: str) -> int | None:
     """The port ``run`` gives its child ``stage`` (``capture``, ``stager``, ``ingest``):
     ``metrics.port`` + its offset, or None when metrics are off."""
@@ -315,3 +322,21 @@ def child_env(cfg: MetricsConfig, stage: str) -> dict[str, str]:
     children inherit the parent's config, whose port ``run`` itself binds)."""
     port = child_port(cfg, stage)
     return {} if port is None else {"TIDELAKE_METRICS__PORT": str(port)}
+
+
+def assign_child_ports(children: Iterable[_Child], cfg: MetricsConfig) -> None:
+    """Give each stage child of ``run`` its own metrics port (in its ``env``): the known
+    stages their fixed offsets (:data:`CHILD_PORT_OFFSETS`), any other (a second stager of a
+    fault run) the next ports after them, in order; ``serve`` binds no metrics port."""
+    if cfg.port is None:
+        return
+    extra = max(CHILD_PORT_OFFSETS.values())
+    for child in children:
+        if child.name == "serve":
+            continue
+        if child.name in CHILD_PORT_OFFSETS:
+            offset = CHILD_PORT_OFFSETS[child.name]
+        else:
+            extra += 1
+            offset = extra
+        child.env["TIDELAKE_METRICS__PORT"] = str(cfg.port + offset)

@@ -96,6 +96,8 @@ class Pipeline:
     url: str
     token: str | None
     children: dict[str, StageProcess] = field(default_factory=dict)
+    #: Each stage process's own /metrics and /healthz (metrics.port), by child name.
+    metrics_urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def subject_prefix(self) -> str:
@@ -219,15 +221,21 @@ def start_pipeline(home: Path, *, ingest: bool = True, stale_after_s: float = 30
     run_async(provision(cfg.bus, server.url))
     p = Pipeline(home, cfg, config_path, server, f"http://127.0.0.1:{port}", None)
     try:
+        for name in ("stager", "ingest"):
+            p.metrics_urls[name] = f"http://127.0.0.1:{free_port()}"
+
+        def own_metrics(name: str) -> dict[str, str]:
+            return {**env, "TIDELAKE_METRICS__PORT": p.metrics_urls[name].rsplit(":", 1)[1]}
+
         p.children["stager"] = StageProcess(
-            "stager", tidelake_argv("stage"), env, home / "logs" / "stage.log"
+            "stager", tidelake_argv("stage"), own_metrics("stager"), home / "logs" / "stage.log"
         )
         p.children["stager"].start()
         if ingest:
             p.children["ingest"] = StageProcess(
                 "ingest",
                 tidelake_argv("ingest", "--continuous", "--interval", "0.3"),
-                env,
+                own_metrics("ingest"),
                 home / "logs" / "ingest.log",
             )
             p.children["ingest"].start()

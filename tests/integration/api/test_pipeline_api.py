@@ -27,31 +27,43 @@ def _covered(pipeline: Pipeline, table: str, seq: int) -> dict[str, Any] | None:
 def test_curl_metrics_of_a_running_pipeline_shows_every_documented_metric(
     pipeline: Pipeline,
 ) -> None:
-    """Rows applied and one dead letter; `curl /metrics` then has a sample of every metric
-    named in docs/metrics.md, and the counts reconcile with what was published."""
+    """Rows applied and one dead letter; `curl /metrics` of serve, the stager and the ingest
+    then has a sample of every metric named in docs/metrics.md (the capture's are in the
+    capture's test), and the counts reconcile with what was published."""
     seqs = pipeline.publish_rows("shop.metrics", range(1, 6))
     pipeline.publish([("shop.broken", b"not json at all")])
     wait_for(
         lambda: _covered(pipeline, "shop.metrics", seqs[-1]), 300, "the lake to apply the rows"
     )
     wait_for(lambda: pipeline.status()["bus"]["dlq"]["messages"] >= 1, 30, "the dead letter")
-    out = subprocess.run(
-        ["curl", "-sS", "--fail", f"{pipeline.url}/metrics"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+
+    def curl(url: str) -> str:
+        return subprocess.run(
+            ["curl", "-sS", "--fail", url], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+
+    def staged_by_the_stager() -> bool:
+        own = curl(f"{pipeline.metrics_urls['stager']}/metrics")
+        return 'tidelake_stager_messages_dead_lettered_total{reason="not_json"} 1.0' in own
+
+    wait_for(staged_by_the_stager, 30, "the stager's own counters")
+    out = curl(f"{pipeline.url}/metrics")
+    own = {name: curl(f"{url}/metrics") for name, url in pipeline.metrics_urls.items()}
     samples = {
-        line.split("{")[0].split(" ")[0] for line in out.splitlines() if not line.startswith("#")
+        line.split("{")[0].split(" ")[0]
+        for text in (out, *own.values())
+        for line in text.splitlines()
+        if not line.startswith("#")
     }
-    names = documented_metrics()
-    assert len(names) >= 30
+    names = [n for n in documented_metrics() if not n.startswith("tidelake_capturer_")]
+    assert len(names) >= 60
     missing = [n for n in names if not ({n, f"{n}_bucket", f"{n}_count"} & samples)]
     assert missing == []
     assert 'tidelake_ingest_records_upserted_total{table="shop.metrics"} 5.0' in out
-    assert 'tidelake_stage_messages_dead_lettered_total{reason="not JSON"} 1.0' in out
+    assert 'tidelake_stage_messages_dead_lettered_total{reason="not_json"} 1.0' in out
     assert 'tidelake_process_up{stage="ingest"} 1.0' in out
+    assert 'tidelake_ingester_events_applied_total{table="shop.metrics"} 5.0' in own["ingest"]
+    assert "tidelake_build_info{" in out
 
 
 def test_status_shows_a_fresh_table_whose_freshness_follows_new_commits(pipeline: Pipeline) -> None:

@@ -7,6 +7,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
@@ -18,6 +19,7 @@ from tidelake.runtime.metrics_server import (
     Liveness,
     MetricsPortError,
     MetricsServer,
+    assign_child_ports,
     child_env,
     health,
     serving,
@@ -113,3 +115,26 @@ def test_run_gives_each_child_its_own_port() -> None:
         {"TIDELAKE_METRICS__PORT": "9467"},
     ] == envs
     assert {} == child_env(MetricsConfig(), "stager")
+
+
+@dataclass
+class _Child:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def test_assign_child_ports_moves_every_stage_child_but_serve() -> None:
+    """run's children (and a fault run's extra stager) each get a port of their own; serve,
+    whose /metrics is on the API port, gets none; nothing changes with metrics off."""
+    children = [_Child(n) for n in ("capture", "stager", "ingest", "serve", "stager-2")]
+    assign_child_ports(children, MetricsConfig(port=9000))
+    assert {
+        "capture": "9001",
+        "stager": "9002",
+        "ingest": "9003",
+        "serve": None,
+        "stager-2": "9004",
+    } == {c.name: c.env.get("TIDELAKE_METRICS__PORT") for c in children}
+    untouched = [_Child("stager")]
+    assign_child_ports(untouched, MetricsConfig())
+    assert {} == untouched[0].env
