@@ -12,7 +12,12 @@ help: ## List every target with its one-line description
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: ## Install Debian packages, the .venv and the Hudi jars (idempotent)
+setup: ## Set up what the demo needs: .venv, Hudi jar, nats-server, dashboard (idempotent)
+	@scripts/setup
+
+.PHONY: setup-tests
+setup-tests: export TIDELAKE_SETUP_TESTS := 1
+setup-tests: ## setup plus what only the suite needs: databases, FUSE, MinIO, actionlint, promtool, S3A jars
 	@scripts/setup
 
 .PHONY: demo
@@ -24,15 +29,18 @@ dashboard: ## Build the Astro dashboard into src/tidelake/api/static/ (locked np
 	@scripts/dashboard --force
 
 .PHONY: demo-mariadb
+demo-mariadb: export TIDELAKE_SETUP_DATABASES := 1
 demo-mariadb: setup ## The demo against a private MariaDB: SQL workload, binlog capture, verify
 	$(TL) demo --source mariadb
 
 .PHONY: demo-postgres
+demo-postgres: export TIDELAKE_SETUP_DATABASES := 1
 demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgoutput capture, verify
 	$(TL) demo --source postgres
 
 .PHONY: test
 test: export SETUP_CHROMIUM := 1
+test: export TIDELAKE_SETUP_TESTS := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e)
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
@@ -43,10 +51,12 @@ CHAOS_SOURCE ?= mariadb
 CHAOS_STAGE_STORE ?= s3
 CHAOS_MIN_FAULTS ?= 100
 .PHONY: chaos
+chaos: export TIDELAKE_SETUP_TESTS := 1
 chaos: setup ## Long fault run (root): >= 100 faults of 7 kinds (kill -9, SIGSTOP, bus down, disk full, MinIO down/slow, restart storms) over every process; JSON last
 	$(TL) chaos --source $(CHAOS_SOURCE) --stage-store $(CHAOS_STAGE_STORE) --seed $(CHAOS_SEED) --events $(CHAOS_EVENTS) --rate $(CHAOS_RATE) --min-faults $(CHAOS_MIN_FAULTS) --json
 
 .PHONY: unit
+unit: export TIDELAKE_SETUP_TESTS := 1
 unit: setup ## Run the unit tests only (fast, no services)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
@@ -65,6 +75,18 @@ lint: setup ## ruff and mypy (strict)
 fmt: setup ## Format the code with ruff
 	$(VENV)/bin/ruff format src tests bench tools
 	$(VENV)/bin/ruff check --fix src tests bench tools
+
+.PHONY: wheel
+wheel: ## Build dist/tidelake-<version>-py3-none-any.whl (with the built dashboard)
+	@scripts/dashboard
+	rm -rf build/lib build/bdist.*
+	$(PY) -m pip wheel --no-deps -w dist .
+
+.PHONY: constraints
+constraints: ## Refresh constraints.txt: every dependency of tidelake[all] pinned (uv pip compile)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra all --python-version 3.11 \
+		--universal --no-header --annotation-style line -o constraints.txt --quiet
+	@sed -i '1i # Pinned versions of every dependency of tidelake[all] (`make constraints`; uv pip compile).\n# Reproducible installs and images: pip install -c constraints.txt "tidelake[spark]"' constraints.txt
 
 .PHONY: clean
 clean: ## Remove the demo's data directory (.tidelake/)

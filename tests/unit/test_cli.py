@@ -30,6 +30,7 @@ EXPECTED_COMMANDS = {
     "tidelake replay",
     "tidelake run",
     "tidelake serve",
+    "tidelake setup",
     "tidelake stage",
     "tidelake status",
     "tidelake submit",

@@ -667,13 +667,55 @@ def bench(
 def _register_operator_verbs() -> None:
     from tidelake.cli.bus import register as register_bus
     from tidelake.cli.operate import register
+    from tidelake.cli.setup import register as register_setup
 
     register(app)
+    register_setup(app)
     register_bus(app)
 
 
 _register_operator_verbs()
 
 
+def _verb_and_args(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The verb of a command line and the words after it: the program's own options before
+    the verb (``--home DIR``) are skipped with their values; nothing is run."""
+    group = typer.main.get_command(app)
+    # Typer's options are click's (or its vendored copy's): read them by their attributes.
+    with_value = {
+        opt for p in group.params if getattr(p, "is_flag", True) is False for opt in p.opts
+    }
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-"):
+            return word, argv[i + 1 :]
+        i += 2 if word in with_value else 1
+    return None, []
+
+
 def main() -> None:
-    app()
+    """The ``tidelake`` program: a verb whose optional dependencies are not installed fails
+    with the ``pip install 'tidelake[extra]'`` line (runtime/extras.py), not a traceback."""
+    from rich.markup import escape
+
+    from tidelake.runtime.extras import MissingExtraError, check_command, extra_for_module, require
+
+    try:
+        check_command(*_verb_and_args(sys.argv[1:]))
+        app()
+    except MissingExtraError as exc:
+        err_console.print(f"[bold red]missing dependencies[/] {escape(str(exc))}", soft_wrap=True)
+        sys.exit(2)
+    except ModuleNotFoundError as exc:
+        extra = extra_for_module(exc.name)
+        if extra is None:
+            raise
+        try:
+            require(extra, "this command")
+        except MissingExtraError as missing:
+            err_console.print(
+                f"[bold red]missing dependencies[/] {escape(str(missing))}", soft_wrap=True
+            )
+            sys.exit(2)
+        raise

@@ -1,11 +1,11 @@
 """The one Spark session builder: Hudi jars from the local cache, quiet logs, lake catalog.
 
-Jars are never fetched at run time (no ``spark.jars.packages``): ``scripts/setup`` puts the
-pinned Hudi bundle (``scripts/jars.txt``) into the jar cache, and the session loads it from
-there. The catalog is Spark's in-memory one, rebuilt at every session start from the tables
-found under the lake root: the lake describes itself, so the catalog is persistent by
-construction and no Derby metastore lock stands between a running ingest and
-``tidelake query``.
+Jars are never fetched at run time (no ``spark.jars.packages``): ``tidelake setup`` puts the
+pinned Hudi bundle (``runtime/jars.txt``) into the jar cache (runtime/jars.py), and the
+session loads it from there. The catalog is Spark's in-memory one, rebuilt at every session
+start from the tables found under the lake root: the lake describes itself, so the catalog
+is persistent by construction and no Derby metastore lock stands between a running ingest
+and ``tidelake query``.
 
 A lake on object storage (``s3a://``) goes through Hadoop's S3A filesystem (``hadoop-aws``
 and the AWS SDK bundle in the jar cache), configured from ``storage.s3``. Its keys are set
@@ -28,39 +28,25 @@ from tidelake.lake.catalog import register_databases, register_table
 from tidelake.lake.hudi import local_dir
 from tidelake.lake.ledger import Ledger
 from tidelake.lake.store import discover_tables
+from tidelake.runtime.jars import JAR_CACHE_ENV
+from tidelake.runtime.jars import jar_cache_dir as _jar_cache_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
 
-#: The pinned bundle (scripts/jars.txt): Hudi 1.1.1 built for Spark 3.5 / Scala 2.12.
+#: The pinned bundle (runtime/jars.txt): Hudi 1.1.1 built for Spark 3.5 / Scala 2.12.
 HUDI_BUNDLE_JAR = "hudi-spark3.5-bundle_2.12-1.1.1.jar"
-JAR_CACHE_ENV = "TIDELAKE_JAR_CACHE"
-#: S3A for lakes on object storage (scripts/jars.txt): hadoop-aws of PySpark 3.5.7's Hadoop
+#: S3A for lakes on object storage (runtime/jars.txt): hadoop-aws of PySpark 3.5.7's Hadoop
 #: (3.3.4, pyspark/jars/hadoop-client-api-3.3.4.jar) and the AWS SDK bundle its POM names.
 S3A_JARS = ("hadoop-aws-3.3.4.jar", "aws-java-sdk-bundle-1.12.262.jar")
 
 
-def _repo_jar_cache() -> Path | None:
-    """``<repo>/.cache/jars`` of the checkout this module runs from (editable install)."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "scripts" / "jars.txt").is_file() and (parent / "pyproject.toml").is_file():
-            return parent / ".cache" / "jars"
-    return None
-
-
 def jar_cache_dir(spark_cfg: SparkConfig, environ: dict[str, str] | None = None) -> Path:
-    """Where the jars are: ``lake.spark.jar_cache``, ``$TIDELAKE_JAR_CACHE``, the repo cache."""
-    env = os.environ if environ is None else environ
-    if spark_cfg.jar_cache is not None:
-        return spark_cfg.jar_cache
-    if env.get(JAR_CACHE_ENV):
-        return Path(env[JAR_CACHE_ENV])
-    repo = _repo_jar_cache()
-    if repo is not None:
-        return repo
-    return Path.cwd() / ".cache" / "jars"
+    """Where the jars are: ``lake.spark.jar_cache``, ``$TIDELAKE_JAR_CACHE``, the checkout's
+    ``.cache/jars``, else the user cache ``tidelake setup`` fills (runtime/jars.py)."""
+    return _jar_cache_dir(spark_cfg.jar_cache, environ)
 
 
 def hudi_jars(spark_cfg: SparkConfig, environ: dict[str, str] | None = None) -> list[Path]:
@@ -69,7 +55,8 @@ def hudi_jars(spark_cfg: SparkConfig, environ: dict[str, str] | None = None) -> 
     bundle = cache / HUDI_BUNDLE_JAR
     if not bundle.is_file():
         raise ConfigError(
-            f"the Hudi bundle {HUDI_BUNDLE_JAR} is not in the jar cache {cache}: run scripts/setup"
+            f"the Hudi bundle {HUDI_BUNDLE_JAR} is not in the jar cache {cache}: run"
+            " `tidelake setup`"
             f" (or point lake.spark.jar_cache / ${JAR_CACHE_ENV} at a directory holding it)"
         )
     return sorted(cache.glob("*.jar"))
@@ -175,7 +162,7 @@ def session_conf(config: Config, app_name: str = "tidelake") -> dict[str, str]:
         if missing:
             raise ConfigError(
                 f"lake.root {config.lake_root!r} needs {', '.join(missing)} in the jar cache "
-                f"{jar_cache_dir(spark_cfg)}: run scripts/setup"
+                f"{jar_cache_dir(spark_cfg)}: run `tidelake setup --s3`"
             )
     conf |= s3a_conf(config.storage.s3)
     if config.lake.catalog.hive_metastore_uri:

@@ -23,6 +23,7 @@ from tidelake.lake.spark import (
     session_conf,
 )
 from tidelake.lake.store import discover_tables
+from tidelake.runtime.jars import pinned_jars
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -104,20 +105,15 @@ def test_checkpoint_round_trips_through_json() -> None:
 
 
 def test_missing_hudi_bundle_says_run_setup(tmp_path: Path) -> None:
-    """An empty jar cache fails with a clear pointer to scripts/setup."""
-    with pytest.raises(ConfigError, match="run scripts/setup"):
+    """An empty jar cache fails with a clear pointer to `tidelake setup`."""
+    with pytest.raises(ConfigError, match="run `tidelake setup`"):
         hudi_jars(SparkConfig(jar_cache=tmp_path))
 
 
 def test_bundle_name_matches_the_pinned_jar_list() -> None:
-    """lake/spark.py loads exactly the jars scripts/jars.txt pins (Hudi, then S3A)."""
-    pinned = [
-        line.strip()
-        for line in (REPO / "scripts" / "jars.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    """lake/spark.py loads exactly the jars runtime/jars.txt pins (Hudi, then S3A)."""
     expected = [HUDI_BUNDLE_JAR, *S3A_JARS]
-    assert expected == [f"{c.split(':')[1]}-{c.split(':')[2]}.jar" for c in pinned]
+    assert expected == [jar.filename for jar in pinned_jars()]
 
 
 def test_session_conf_is_offline_quiet_and_uses_the_hudi_catalog(tmp_path: Path) -> None:
