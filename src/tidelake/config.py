@@ -221,7 +221,9 @@ class SparkConfig(_Model):
     driver_memory: str = Field("3g", description="spark.driver.memory")
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions")
     jar_cache: Path | None = Field(
-        None, description="default: <repo>/.cache/jars or TIDELAKE_JAR_CACHE"
+        None,
+        description="jar directory `tidelake setup` fills (default: TIDELAKE_JAR_CACHE, a "
+        "checkout's .cache/jars, else $XDG_CACHE_HOME/tidelake/jars)",
     )
     conf: dict[str, str] = Field({}, description="extra Spark settings, applied last")
 
