@@ -694,10 +694,45 @@ def _verb_and_args(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, []
 
 
+#: Verbs whose own ``--home`` is their data directory (wiped first), not the global option.
+_OWN_HOME_VERBS = frozenset({"demo", "chaos", "bench"})
+
+
+def _hoist_home(argv: list[str]) -> list[str]:
+    """``argv`` with a ``--home DIR`` typed after the verb moved before it, where the global
+    option is parsed: ``tidelake status --home DIR`` means ``tidelake --home DIR status``
+    (click parses a group's options only before its subcommand). Not for the verbs with a
+    ``--home`` of their own, and nothing after ``--`` (``submit``'s job arguments)."""
+    verb = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if verb is None or argv[verb] in _OWN_HOME_VERBS:
+        return argv
+    head, tail = argv[: verb + 1], argv[verb + 1 :]
+    rest: list[str] = []
+    hoisted: list[str] = []
+    i = 0
+    while i < len(tail):
+        arg = tail[i]
+        if arg == "--":
+            rest += tail[i:]
+            break
+        if arg == "--home" and i + 1 < len(tail):
+            hoisted = ["--home", tail[i + 1]]
+            i += 2
+            continue
+        if arg.startswith("--home="):
+            hoisted = ["--home", arg.split("=", 1)[1]]
+        else:
+            rest.append(arg)
+        i += 1
+    return hoisted + head + rest
+
+
 def main() -> None:
     """The ``tidelake`` program: a verb whose optional dependencies are not installed fails
     with the ``pip install 'tidelake[extra]'`` line (runtime/extras.py), not a traceback."""
     from rich.markup import escape
+
+    sys.argv[1:] = _hoist_home(sys.argv[1:])
 
     from tidelake.runtime.extras import MissingExtraError, check_command, extra_for_module, require
 
