@@ -25,13 +25,15 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=wheel /wheels/ /tmp/wheels/
-# The extras of what this image runs: PySpark, S3A/S3 staging. Versions come from the
-# wheel's own requirements. Then the jars the wheel cannot carry, as a user's
-# `tidelake setup --s3` fetches them (exit 0 only with every jar verified, Java and PySpark).
+COPY constraints.txt /tmp/constraints.txt
+# The extras of what this image runs: PySpark, S3A/S3 staging; every version pinned by
+# constraints.txt (`make constraints`), so a rebuild installs the same packages. Then the
+# jars the wheel cannot carry, as a user's `tidelake setup --s3` fetches them (exit 0 only
+# with every jar verified by its SHA-256, Java and PySpark in place).
 # hadolint ignore=DL3013
 RUN wheel="$(ls /tmp/wheels/tidelake-*.whl)" \
- && pip install --no-cache-dir "${wheel}[spark,s3]" \
- && rm -rf /tmp/wheels \
+ && pip install --no-cache-dir -c /tmp/constraints.txt "${wheel}[spark,s3]" \
+ && rm -rf /tmp/wheels /tmp/constraints.txt \
  && tidelake setup --s3 --jar-cache /opt/tidelake/jars \
  && useradd --uid 10001 --home-dir /var/lib/tidelake --create-home tidelake \
  && install -d -o 10001 -g 10001 /var/lib/tidelake/state

@@ -30,12 +30,14 @@ LABEL org.opencontainers.image.title="tidelake" \
       org.opencontainers.image.description="tidelake capture, stager and API server" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=wheel /wheels/ /tmp/wheels/
-# The extras of what this image runs: binlog/pgoutput capture, S3 staging. Versions come
-# from the wheel's own requirements.
+COPY constraints.txt /tmp/constraints.txt
+# The extras of what this image runs: binlog/pgoutput capture, S3 staging (no PySpark);
+# every version pinned by constraints.txt (`make constraints`), so a rebuild installs the
+# same packages.
 # hadolint ignore=DL3013
 RUN wheel="$(ls /tmp/wheels/tidelake-*.whl)" \
- && pip install --no-cache-dir "${wheel}[capture,s3]" \
- && rm -rf /tmp/wheels \
+ && pip install --no-cache-dir -c /tmp/constraints.txt "${wheel}[capture,s3]" \
+ && rm -rf /tmp/wheels /tmp/constraints.txt \
  && useradd --uid 10001 --home-dir /var/lib/tidelake --create-home tidelake \
  && install -d -o 10001 -g 10001 /var/lib/tidelake/state
 USER 10001

@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from tidelake.runtime.extras import EXTRA_MODULES
+
 REPO = Path(__file__).resolve().parents[3]
 #: The address the test binds where a container binds all addresses (module docstring).
 ALL_ADDRESSES_HERE = "127.0.0.2"
@@ -79,6 +81,7 @@ class Service:
     name: str
     image: str  # tidelake or tidelake-spark
     tag: str
+    extras: tuple[str, ...]  # the tidelake extras the image installs
     argv: tuple[str, ...]
     env: Mapping[str, str]
     workdir: str
@@ -92,6 +95,7 @@ class Service:
 
 @dataclass(frozen=True)
 class Image:
+    extras: tuple[str, ...]  # of the tidelake wheel the image installs
     entrypoint: tuple[str, ...]
     env: Mapping[str, str]
     workdir: str
@@ -117,7 +121,9 @@ def read_image(dockerfile: Path) -> Image:
             workdir = rest.strip()
     home = re.search(r"useradd [^&]*--home-dir (\S+)", stage)
     assert home, f"{dockerfile}: the runtime user's home is not found"
-    return Image(entrypoint, env, workdir, home.group(1))
+    extras = re.search(r'pip install [^\n]*"\$\{wheel\}\[([\w,]+)\]"', stage)
+    assert extras, f"{dockerfile}: the wheel's extras are not found"
+    return Image(tuple(extras.group(1).split(",")), entrypoint, env, workdir, home.group(1))
 
 
 def _image_of(reference: str) -> tuple[str, str]:
@@ -185,6 +191,7 @@ def compose_services(deploy: Path, names: tuple[str, ...]) -> list[Service]:
                 name,
                 image_name,
                 tag,
+                image.extras,
                 argv,
                 env,
                 image.workdir,
@@ -270,6 +277,7 @@ def k8s_services(deploy: Path) -> list[Service]:
                     f"{obj['metadata']['name']}/{container['name']}",
                     image_name,
                     tag,
+                    image.extras,
                     argv,
                     env,
                     container.get("workingDir", image.workdir),
@@ -382,8 +390,11 @@ def localise(
             local_env[key] = str(_map_value(value, mounts, rootfs, hosts))
     # The image's PATH finds `tidelake`, python and java; here the venv's and the system's.
     local_env["PATH"] = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+    # The image has only its extras installed: the others' modules fail to import here too.
+    paths = [str(_image_site(root, service))]
     if os.environ.get("PYTHONPATH"):  # the image installs the package; here it may be this
-        local_env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # import path (another checkout)
+        paths.append(os.environ["PYTHONPATH"])  # import path (another checkout)
+    local_env["PYTHONPATH"] = os.pathsep.join(paths)
     for path in (local_env["HOME"], _map_path(service.workdir, mounts, rootfs)):
         Path(path).mkdir(parents=True, exist_ok=True)
     argv = list(service.argv)
@@ -404,6 +415,44 @@ def localise(
     return Local(
         service, argv, local_env, _map_path(service.workdir, mounts, rootfs), probes, config
     )
+
+
+#: A ``sitecustomize`` that makes the modules of the extras an image lacks unimportable.
+_SITECUSTOMIZE = """\
+# Written by tests/integration/deploy/deploykit.py: modules this image does not install are
+# not found (importing them raises ModuleNotFoundError, importlib.util.find_spec gives None).
+import importlib.machinery, sys
+
+BLOCKED = {blocked!r}
+
+
+class _ImageFinder(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            return None
+        return super().find_spec(name, path, target)
+
+
+sys.meta_path[:] = [
+    _ImageFinder if f is importlib.machinery.PathFinder else f for f in sys.meta_path
+]
+"""
+
+
+def blocked_modules(service: Service) -> list[str]:
+    """The modules of the tidelake extras the service's image does not install (the light
+    image: PySpark, hudi-rs, Arrow, DuckDB)."""
+    return sorted(m for e, ms in EXTRA_MODULES.items() if e not in service.extras for m in ms)
+
+
+def _image_site(root: Path, service: Service) -> Path:
+    """A directory whose ``sitecustomize`` makes :func:`blocked_modules` unimportable."""
+    site = root / "image-site" / service.image
+    site.mkdir(parents=True, exist_ok=True)
+    text = _SITECUSTOMIZE.format(blocked=tuple(blocked_modules(service)))
+    (site / "sitecustomize.py").write_text(text)
+    return site
 
 
 def _map_ports(data: Any, listen: Mapping[int, int]) -> Any:

@@ -34,6 +34,7 @@ from deploykit import (
     REPO,
     Local,
     Service,
+    blocked_modules,
     compose_services,
     env_example,
     k8s_services,
@@ -269,13 +270,18 @@ def _run(deployment: Deployment, root: Path) -> dict[str, Any]:
     seen["with_token"] = sorted(
         s.name for s in deployment.services if "TIDELAKE_API__TOKEN" in s.env
     )
+    seen["without_pyspark"] = sorted(
+        s.name for s in deployment.services if "pyspark" in blocked_modules(s)
+    )
     return seen
 
 
-def _expected(deployment: Deployment, serve: str) -> dict[str, Any]:
+def _expected(deployment: Deployment, serve: str, light: list[str]) -> dict[str, Any]:
     names = [s.name for s in deployment.services]
     return {
         "with_token": [serve],
+        # The light image's services run without the spark extra's modules (deploykit).
+        "without_pyspark": light,
         "not_started": {},
         "api": {
             "anonymous": 401,
@@ -304,7 +310,11 @@ def test_the_compose_stack_and_the_kubernetes_deployments_start(tmp_path: Path) 
         runs = {name: pool.submit(_run, d, tmp_path / name) for name, d in deployments.items()}
         seen = {name: run.result() for name, run in runs.items()}
     expected = {
-        "compose": _expected(deployments["compose"], "serve"),
-        "k8s": _expected(deployments["k8s"], "tidelake-ingest/serve"),
+        "compose": _expected(deployments["compose"], "serve", ["capture", "serve", "stager"]),
+        "k8s": _expected(
+            deployments["k8s"],
+            "tidelake-ingest/serve",
+            ["tidelake-capture/capture", "tidelake-ingest/serve", "tidelake-stager/stager"],
+        ),
     }
     assert expected == seen

@@ -277,6 +277,21 @@ def test_the_light_image_has_no_pyspark_and_the_spark_image_has_it() -> None:
     assert {"tidelake.Dockerfile": ["capture,s3"], "spark.Dockerfile": ["spark,s3"]} == extras
 
 
+def test_both_images_install_under_the_constraints_file() -> None:
+    """Reproducible images: each copies the repository's constraints.txt and installs the
+    wheel's dependencies under it (the same pins as the wheel test's clean virtualenv)."""
+    assert (REPO / "constraints.txt").is_file()
+    installs = {
+        p.name: (
+            "COPY constraints.txt /tmp/constraints.txt" in p.read_text(),
+            re.findall(r'pip install [^\n]*?(-c /tmp/constraints\.txt) "\$\{wheel', p.read_text()),
+        )
+        for p in (DEPLOY / "docker").glob("*.Dockerfile")
+    }
+    expected = (True, ["-c /tmp/constraints.txt"])
+    assert {"tidelake.Dockerfile": expected, "spark.Dockerfile": expected} == installs
+
+
 def test_every_object_is_in_the_namespace_the_kustomization_creates_first() -> None:
     """`kubectl apply -k` creates the Namespace first and puts every object in it (the
     Secret the operator creates beforehand goes into the namespace applied on its own)."""
