@@ -28,6 +28,18 @@ def level_number(level: str | int) -> int:
     return _LEVELS.get(level.lower(), logging.ERROR)
 
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write: a test runner (pytest, typer's CliRunner) swaps
+    it and closes the old one, which a logger holding the object of configure time would
+    then write to."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to ``sys.stderr`` as it is at each record (a test runner swaps it)."""
 
@@ -74,7 +86,7 @@ def configure_logging(level: str | int = "info", fmt: LogFormat = "console") -> 
     number = level_number(level)
     structlog.configure(
         processors=[*_shared_processors(fmt), _renderer(fmt)],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         wrapper_class=structlog.make_filtering_bound_logger(number),
         cache_logger_on_first_use=False,
     )
