@@ -45,7 +45,7 @@ class JavaReport:
         )
         if self.java is None:
             return (
-                f"no Java found (no $JAVA_HOME, no java on PATH):"
+                f"no Java found (neither $JAVA_HOME/bin/java nor a java on PATH):"
                 f" Spark needs Java {WANTED_MAJOR}{hint}"
             )
         if self.major is None:
