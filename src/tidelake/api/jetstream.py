@@ -27,6 +27,7 @@ import base64
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nats.errors
@@ -37,6 +38,7 @@ from nats.js import JetStreamContext, api
 
 from tidelake.bus import dlq
 from tidelake.bus.connection import connect
+from tidelake.bus.discovery import live_record
 from tidelake.config import BusConfig
 from tidelake.errors import BusError
 
@@ -98,11 +100,16 @@ class ConsumerPosition:
 
 
 class JetStream:
-    """One connection to the bus, opened on first use and reopened after a failure."""
+    """One connection to the bus, opened on first use and reopened after a failure.
 
-    def __init__(self, bus: BusConfig, url: str | None = None) -> None:
+    With no URL at all and a ``home``, each connection attempt looks for the bus a
+    ``tidelake run`` recorded there since (bus/discovery.py): a ``serve`` started before the
+    pipeline finds its bus once it is up."""
+
+    def __init__(self, bus: BusConfig, url: str | None = None, *, home: Path | None = None) -> None:
         self.bus = bus
         self.url = url or bus.url
+        self.home = home if self.url is None else None
         self._nc: Client | None = None
 
     @property
@@ -110,6 +117,9 @@ class JetStream:
         return bool(self.url)
 
     async def js(self) -> JetStreamContext:
+        if not self.url and self.home is not None:
+            record, _why = live_record(self.home)
+            self.url = record.url if record is not None else None
         if not self.url:
             raise BusError("no bus.url configured (TIDELAKE_BUS__URL): JetStream state unknown")
         if self._nc is None or self._nc.is_closed:

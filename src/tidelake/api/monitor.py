@@ -117,7 +117,7 @@ class Monitor:
     ) -> None:
         self.cfg = cfg
         self.stale_after_s = stale_after_s
-        self.bus = bus or JetStream(cfg.bus)
+        self.bus = bus or JetStream(cfg.bus, home=cfg.home)
         self.stage = StageRecord(open_storage(cfg.stage_root, cfg.storage.s3, create=False))
         self.lake = LakeRecord(lake_state_dir(cfg))
         self._snapshot: Snapshot | None = None

@@ -247,3 +247,38 @@ def test_a_second_pipeline_on_a_live_home_is_refused(owner: tuple[ChildProcess, 
         stage.alive(),
     )
     assert record == read_record(home)
+
+
+def test_serve_started_before_the_pipeline_finds_its_bus_once_recorded(tmp_path: Path) -> None:
+    """``serve`` first, on a home with no bus yet: /api/status says the bus is down; once a
+    ``stage`` on embedded defaults has recorded the home's bus, the same ``serve`` (not
+    restarted) reports it up."""
+    home = tmp_path / "home"
+    port = free_port()
+
+    def bus_up() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as r:
+            return bool(orjson.loads(r.read())["bus"]["up"])
+
+    serve = ChildProcess(
+        "serve",
+        tidelake_argv("serve", "--port", str(port)),
+        log_path=tmp_path / "serve.log",
+        base_env=_env(home),
+        ready=http_ok(f"http://127.0.0.1:{port}/api/health"),
+        startup_timeout_s=60,
+    )
+    stage = ChildProcess(
+        "stage",
+        tidelake_argv("stage"),
+        log_path=tmp_path / "stage.log",
+        base_env=_env(home),
+        ready=_recorded(home),
+        startup_timeout_s=60,
+        stop_timeout_s=30,
+    )
+    with serve:
+        before = bus_up()
+        with stage:
+            serve.wait_until(lambda _p: bus_up(), 30, "the bus up in /api/status")
+    assert False is before
