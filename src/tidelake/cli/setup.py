@@ -3,7 +3,8 @@
 The pinned jars (runtime/jars.txt) go into the jar cache (runtime/jars.py says which
 directory), each verified against its pinned SHA-256; then the Java Spark will start and
 the ``spark`` extra are checked. Exit 0 only when ``tidelake demo`` could run: every jar in
-place, a Java Spark 3.5 runs on, PySpark installed; 3 when only the jars are. Registered by :mod:`tidelake.cli`.
+place, a Java Spark 3.5 runs on, PySpark installed; 3 when only the jars are. Registered by
+:mod:`tidelake.cli`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def setup(
     configured = None
     if config is not None or os.environ.get("TIDELAKE_CONFIG"):
         configured = _load(config).lake.spark.jar_cache
-    cache = jar_cache_dir(jar_cache or configured)
+    cache = jar_cache_dir(jar_cache or configured).absolute()
     base = repository or os.environ.get(MAVEN_URL_ENV) or MAVEN_CENTRAL
     roles = ("core", "s3") if s3 else ("core",)
     jars = pinned_jars(roles)
@@ -160,12 +161,20 @@ def _fetch_all(
         TransferSpeedColumn(),
         console=out,
         transient=True,
+        # A pipe or a log gets the start and end lines below, not a redrawn bar.
+        disable=not out.is_terminal,
     ) as progress:
         tasks: dict[str, TaskID] = {}
 
         def report(jar: Jar, done: int, total: int | None) -> None:
             if jar.filename not in tasks:
                 tasks[jar.filename] = progress.add_task(jar.filename, total=total)
+                size = "" if total is None else f" ({total / 1e6:.1f} MB)"
+                resumed = f", resuming at {done / 1e6:.1f} MB" if done else ""
+                progress.console.print(
+                    f"  .. {jar.filename}{size}: fetching {escape(jar.url(base))}{resumed}",
+                    soft_wrap=True,
+                )
             progress.update(tasks[jar.filename], completed=done, total=total)
 
         for jar in jars:
