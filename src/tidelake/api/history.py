@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
+import sys
 import threading
 import time
 from collections import deque
@@ -68,6 +69,9 @@ SAMPLE_REACH_MS = int(3 * SAMPLE_EVERY_S * 1000)
 CACHE_S = 1.0
 #: DDL commits remembered per table (the table page's DDL history).
 DDL_KEPT = 50
+#: Commits held in memory at most (~100 bytes each): a lake committing faster than this many
+#: a day shows the newest ones of the longest window.
+COMMITS_KEPT = 500_000
 
 
 # --- the pure part: buckets, rates, smoothing, percentiles ------------------------------------
@@ -147,7 +151,8 @@ class CommitPoint:
 
 def _point(c: CommitRecord) -> CommitPoint:
     lag = None if c.max_commit_ts_ms is None else max(0, c.committed_at_ms - c.max_commit_ts_ms)
-    return CommitPoint(c.committed_at_ms, c.table, c.events, c.duration_ms, lag)
+    # One string per table name, not one per commit.
+    return CommitPoint(c.committed_at_ms, sys.intern(c.table), c.events, c.duration_ms, lag)
 
 
 def _line_time_ms(line: bytes) -> int | None:
@@ -193,7 +198,7 @@ class CommitLog:
     def __init__(self, state_dir: Path, max_window_s: int = MAX_WINDOW_S) -> None:
         self.path = state_dir / COMMITS_FILE
         self.max_window_ms = max_window_s * 1000
-        self.points: deque[CommitPoint] = deque()
+        self.points: deque[CommitPoint] = deque(maxlen=COMMITS_KEPT)
         self.ddl: dict[str, deque[dict[str, Any]]] = {}
         self.version = 0
         self._offset: int | None = None
@@ -452,12 +457,18 @@ class History:
     def _add(self, sample: Sample) -> None:
         self.ring.add(sample)
 
+    def refresh_commits(self) -> None:
+        with self._lock:
+            self.commits.refresh(int(time.time() * 1000))
+
     async def sample_forever(self, snapshot: Any, every_s: float = SAMPLE_EVERY_S) -> None:
         """Take a sample every ``every_s`` (``snapshot`` is ``Monitor.snapshot``) until
-        cancelled; a failed sample is logged and the next one taken."""
+        cancelled, and read the commit log's new lines meanwhile (so the first page load after
+        a start does not wait for a long log); a failed sample is logged and the next taken."""
         while True:
             try:
                 self.record(await snapshot())
+                await asyncio.to_thread(self.refresh_commits)
             except asyncio.CancelledError:
                 raise
             except Exception:
