@@ -217,3 +217,42 @@ def test_history_routes_need_the_token_when_one_is_set(tmp_path: Path) -> None:
 
     for path in ("/api/history", "/api/tables/shop.orders/history"):
         assert (asyncio.run(get(path, None)), asyncio.run(get(path, "t"))) == (401, 200), path
+
+
+def test_the_sampler_records_the_monitors_counts_and_survives_a_failed_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Each round records the stager's totals, the DLQ depth and the consumer's backlog; a
+    snapshot that raises (the bus gone mid-call) is logged and the next round goes on; with
+    the bus down the gauges are unknown, not zero."""
+    from types import SimpleNamespace
+
+    history = History(tmp_path, tmp_path / "serve")
+    totals = SimpleNamespace(received=7, staged=6, dead_lettered=1)
+    bus = {"dlq": {"messages": 2}, "consumer": {"pending": 4, "ack_pending": 1}}
+    answers: list[Any] = [
+        SimpleNamespace(now_ms=NOW, stage=SimpleNamespace(totals=totals), bus=bus),
+        RuntimeError("bus gone"),
+        SimpleNamespace(now_ms=NOW + 10, stage=SimpleNamespace(totals=totals), bus=None),
+    ]
+
+    async def snapshot() -> Any:
+        answer = answers.pop(0) if answers else None
+        if isinstance(answer, Exception):
+            raise answer
+        if answer is None:
+            await asyncio.sleep(3600)
+        return answer
+
+    async def run() -> None:
+        task = asyncio.create_task(history.sample_forever(snapshot, every_s=0.001))
+        while answers:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(run())
+    assert list(history.ring.samples) == [
+        Sample(NOW, 7, 6, 1, dlq=2, pending=4, ack_pending=1),
+        Sample(NOW + 10, 7, 6, 1),
+    ]
