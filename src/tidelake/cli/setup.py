@@ -9,7 +9,12 @@ place, a Java Spark 3.5 runs on, PySpark installed; 3 when only the jars are. Re
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,12 +76,22 @@ def setup(
         Path | None,
         typer.Option("--config", "-c", help="YAML config file (its lake.spark.jar_cache)"),
     ] = None,
+    install_extras: Annotated[
+        bool,
+        typer.Option(
+            "--install-extras/--no-install-extras",
+            help="install the spark extra (PySpark, hudi-rs, DuckDB) into this Python with pip "
+            "when it is missing",
+        ),
+    ] = True,
     json: Annotated[bool, typer.Option("--json", help="print one JSON summary line last")] = False,
 ) -> None:
     """Fetch the Hudi (and with --s3 the S3A) jars from Maven Central into the jar cache,
     verified by their pinned SHA-256, and check Java and PySpark.
 
     Idempotent: a jar already verified is not fetched again; an interrupted download resumes.
+    A `pip install tidelake` without the spark extra gets it installed here (pip, this
+    Python; --no-install-extras only reports it).
     Exit status: 0 ready to run the lake; 1 a jar is missing or was refused; 3 the jars are
     in place but Java or PySpark is not (each problem is named)."""
     from tidelake.cli import _load
@@ -103,6 +118,8 @@ def setup(
     java = check_java()
     out.print(f"  {_mark(java.ok)} java: {escape(java.describe())}")
     missing_spark = extras.missing_modules("spark")
+    if missing_spark and install_extras and not check:
+        missing_spark = _install_spark_extra(out)
     if missing_spark:
         out.print(
             f"  {_mark(False)} python: "
@@ -132,6 +149,42 @@ def setup(
             }
         )
     raise typer.Exit(0 if ready else 1 if not ok else EXIT_JARS_ONLY)
+
+
+def spark_requirements() -> list[str]:
+    """The requirements of the installed distribution's ``spark`` extra (its metadata)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        declared = requires(extras.DISTRIBUTION) or []
+    except PackageNotFoundError:
+        return []
+    wanted = []
+    for requirement in declared:
+        spec, _, marker = requirement.partition(";")
+        if re.search(r"""extra\s*==\s*["']spark["']""", marker):
+            wanted.append(spec.strip())
+    return wanted
+
+
+def _install_spark_extra(out: Console) -> list[str]:
+    """``pip install`` the spark extra's requirements into this Python (pip's own output is
+    the progress; ``PIP_*`` settings such as ``PIP_CONSTRAINT`` apply); returns what is
+    still missing afterwards."""
+    requirements = spark_requirements()
+    if not requirements or importlib.util.find_spec("pip") is None:
+        out.print("  [bold red]!![/] cannot install the spark extra here (no pip in this Python)")
+        return extras.missing_modules("spark")
+    out.print(
+        "  .. python: installing "
+        + escape(f"{extras.DISTRIBUTION}[spark] into {sys.prefix}: {' '.join(requirements)}"),
+        soft_wrap=True,
+    )
+    argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *requirements]
+    if subprocess.run(argv, stdout=sys.stderr, check=False).returncode != 0:
+        out.print("  [bold red]!![/] pip could not install the spark extra (its output above)")
+    importlib.invalidate_caches()
+    return extras.missing_modules("spark")
 
 
 def _mark(good: bool) -> str:

@@ -58,9 +58,11 @@ class MissingExtraError(ConfigError):
     def __init__(self, extra: str, missing: Sequence[str], what: str) -> None:
         self.extra = extra
         self.missing = tuple(missing)
+        # `tidelake setup` installs the spark extra (cli/setup.py): the other way in.
+        also = f" (or `{DISTRIBUTION} setup`, which installs it)" if extra == "spark" else ""
         super().__init__(
             f"{what} needs the optional dependencies of {DISTRIBUTION}[{extra}] "
-            f"(not installed: {', '.join(missing)}): pip install '{DISTRIBUTION}[{extra}]'"
+            f"(not installed: {', '.join(missing)}): pip install '{DISTRIBUTION}[{extra}]'{also}"
         )
 
 
