@@ -121,9 +121,10 @@ def read_image(dockerfile: Path) -> Image:
             workdir = rest.strip()
     home = re.search(r"useradd [^&]*--home-dir (\S+)", stage)
     assert home, f"{dockerfile}: the runtime user's home is not found"
+    # The wheel installed with `"${wheel}[a,b]"`; without extras, none of them.
     extras = re.search(r'pip install [^\n]*"\$\{wheel\}\[([\w,]+)\]"', stage)
-    assert extras, f"{dockerfile}: the wheel's extras are not found"
-    return Image(tuple(extras.group(1).split(",")), entrypoint, env, workdir, home.group(1))
+    names = tuple(extras.group(1).split(",")) if extras else ()
+    return Image(names, entrypoint, env, workdir, home.group(1))
 
 
 def _image_of(reference: str) -> tuple[str, str]:

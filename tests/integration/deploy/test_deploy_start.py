@@ -57,6 +57,8 @@ LISTEN_PORTS = (9464, 8321)
 #: Long enough for two ingests' JVMs, Spark sessions and Hudi warm-ups on a loaded 2-core
 #: machine (measured: 2 min under a load average of 20); only a failing run waits it out.
 START_DEADLINE_S = 240.0
+#: How long a service without a probe is watched, to tell whether it exits (the report only).
+NO_PROBE_WATCH_S = 20.0
 #: The bucket compose's `minio-bucket` job creates (an operator's job in Kubernetes).
 BUCKET = "tidelake"
 
@@ -138,8 +140,13 @@ def _probe_ok(probe: str | tuple[str, ...]) -> bool:
 
 def _wait_for_probes(local: Local, child: ChildProcess, deadline: float) -> str | None:
     """None once every probe of the service passes; else why not (it exited, or timed out)."""
-    if not local.probes:
-        return "no probe"
+    if not local.probes:  # a failure either way; say whether it would even have run
+        settle = time.monotonic() + NO_PROBE_WATCH_S
+        while child.alive() and time.monotonic() < settle:
+            time.sleep(0.5)
+        if child.alive():
+            return "no probe (alive)"
+        return f"no probe; exited {child.returncode()}: {child.log_tail(3)}"
     while time.monotonic() < deadline:
         if not child.alive():
             return f"exited {child.returncode()}:\n{child.log_tail(15)}"
