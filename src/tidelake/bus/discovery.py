@@ -336,7 +336,8 @@ def embedded_bus(cfg: Config) -> Iterator[OwnedBus]:
     from tidelake.bus.server import EmbeddedNats
 
     claim_home(cfg.home, cfg.nats_store_dir)
-    nats = EmbeddedNats.from_config(cfg.bus.embedded, cfg.nats_store_dir)
+    # Dies with this process, even by kill -9: no orphaned server holds the home's store.
+    nats = EmbeddedNats.from_config(cfg.bus.embedded, cfg.nats_store_dir, die_with_parent=True)
     nats.start()
     try:
         # Provisioned before recorded: whoever finds the record finds the stream too.

@@ -165,6 +165,7 @@ class EmbeddedNats:
         startup_timeout_s: float = 15.0,
         extra_args: Sequence[str] = (),
         sync_always: bool = True,
+        die_with_parent: bool = False,
     ) -> None:
         self.store_dir = Path(store_dir).resolve()
         self.host = host
@@ -176,13 +177,23 @@ class EmbeddedNats:
         #: More ``nats-server`` flags (``--user``/``--pass``, ``--tls…``); tests use them.
         self.extra_args = tuple(extra_args)
         self._requested_port = port
+        #: The server gets SIGTERM when its owner dies, even by ``kill -9`` (``run``, ``stage``).
+        self.die_with_parent = die_with_parent
         self._port: int | None = None
         self._monitor_port: int | None = None
         self._process: ChildProcess | None = None
 
     @classmethod
-    def from_config(cls, cfg: EmbeddedNatsConfig, store_dir: Path) -> EmbeddedNats:
-        return cls(store_dir, port=cfg.port, binary=cfg.binary, host=cfg.host)
+    def from_config(
+        cls, cfg: EmbeddedNatsConfig, store_dir: Path, *, die_with_parent: bool = False
+    ) -> EmbeddedNats:
+        return cls(
+            store_dir,
+            port=cfg.port,
+            binary=cfg.binary,
+            host=cfg.host,
+            die_with_parent=die_with_parent,
+        )
 
     # -- what callers use -------------------------------------------------------------------
 
@@ -283,6 +294,7 @@ class EmbeddedNats:
                 ready=lambda _p: self._client_port_has_jetstream() and self._healthz_ok(),
                 startup_timeout_s=self.startup_timeout_s,
                 stop_timeout_s=10.0,
+                die_with_parent=self.die_with_parent,
             )
         try:
             self._process.start()

@@ -39,29 +39,55 @@ class StageProcess(ChildProcess):
     hand). Started without a readiness check: a stage's readiness is its heartbeat
     (``pipeline/stack.py`` waits for it)."""
 
-    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        die_with_parent: bool = False,
+    ) -> None:
         super().__init__(
-            name, argv, log_path=log_path, env=env, stop_timeout_s=STAGE_STOP_TIMEOUT_S
+            name,
+            argv,
+            log_path=log_path,
+            env=env,
+            stop_timeout_s=STAGE_STOP_TIMEOUT_S,
+            die_with_parent=die_with_parent,
         )
 
 
 def stage_children(
-    env: Mapping[str, str], logs: Path, *, capture: bool, ingest_interval_s: float
+    env: Mapping[str, str],
+    logs: Path,
+    *,
+    capture: bool,
+    ingest_interval_s: float,
+    die_with_parent: bool = False,
 ) -> list[StageProcess]:
     """The stage processes of a local pipeline, in start order (the producer first):
-    ``capture`` when a source database is configured, the stager, the continuous ingest."""
+    ``capture`` when a source database is configured, the stager, the continuous ingest
+    (``die_with_parent``: each gets SIGTERM when the process that starts them dies)."""
+    dies = die_with_parent
     children = [
-        StageProcess("stager", tidelake_argv("stage"), env, logs / "stage.log"),
+        StageProcess(
+            "stager", tidelake_argv("stage"), env, logs / "stage.log", die_with_parent=dies
+        ),
         StageProcess(
             "ingest",
             tidelake_argv("ingest", "--continuous", "--interval", str(ingest_interval_s)),
             env,
             logs / "ingest.log",
+            die_with_parent=dies,
         ),
     ]
     if capture:
         # tidelake's own capture (docs/capture.md) when a source database is configured.
         children.insert(
-            0, StageProcess("capture", tidelake_argv("capture"), env, logs / "capture.log")
+            0,
+            StageProcess(
+                "capture", tidelake_argv("capture"), env, logs / "capture.log", die_with_parent=dies
+            ),
         )
     return children

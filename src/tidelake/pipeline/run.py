@@ -89,7 +89,15 @@ def run_pipeline(
     signal.signal(signal.SIGINT, request_stop)
 
     serve = serve or cfg.run.serve
-    stack = LocalStack(cfg.home, cfg=cfg, config_path=config_path, ingest_interval_s=interval_s)
+    # die_with_parent: a `run` killed with kill -9 takes its stages and server with it, so
+    # the next `run` on the home finds nothing unsupervised holding its store or its lake.
+    stack = LocalStack(
+        cfg.home,
+        cfg=cfg,
+        config_path=config_path,
+        ingest_interval_s=interval_s,
+        die_with_parent=True,
+    )
     try:
         stack.start()
         if serve:
@@ -98,6 +106,7 @@ def run_pipeline(
                 tidelake_argv("serve"),
                 stack.env,
                 stack.cfg.home.resolve() / "logs" / "serve.log",
+                die_with_parent=True,
             )
             stack.children.append(api)
             api.start()

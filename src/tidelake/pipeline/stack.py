@@ -90,6 +90,7 @@ class LocalStack:
         settings: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         ingest_interval_s: float = 0.5,
+        die_with_parent: bool = False,
     ) -> None:
         if (cfg is None) == (settings is None):
             raise ValueError("LocalStack takes either cfg or settings")
@@ -99,6 +100,9 @@ class LocalStack:
         self.settings = dict(settings or {})
         self.extra_env = dict(env or {})
         self.ingest_interval_s = ingest_interval_s
+        #: Every process of the stack gets SIGTERM when this one dies, even by ``kill -9``
+        #: (``run``: nothing unsupervised outlives it); start them from the main thread.
+        self.die_with_parent = die_with_parent
         self.nats: EmbeddedNats | None = None
         #: The record of the embedded bus once provisioned (None with ``bus.url``).
         self.record: BusRecord | None = None
@@ -142,10 +146,11 @@ class LocalStack:
         if url is None:
             store = self._cfg.nats_store_dir if self._cfg is not None else self.home / "nats"
             claim_home(self.home, store)
+            dies = self.die_with_parent
             self.nats = (
-                EmbeddedNats.from_config(self._cfg.bus.embedded, store)
+                EmbeddedNats.from_config(self._cfg.bus.embedded, store, die_with_parent=dies)
                 if self._cfg is not None
-                else EmbeddedNats(store)
+                else EmbeddedNats(store, die_with_parent=dies)
             )
             url = self.nats.start().url
             log.info("embedded nats-server started", url=url, store=str(store))
@@ -186,6 +191,7 @@ class LocalStack:
             cfg.home.resolve() / "logs",
             capture=bool(cfg.capture.source),
             ingest_interval_s=self.ingest_interval_s,
+            die_with_parent=self.die_with_parent,
         )
         for child in self.children:
             child.start()
@@ -200,7 +206,11 @@ class LocalStack:
         if any(child.name == name for child in self.children):
             raise ValueError(f"the stack already has a stage called {name!r}")
         stager = StageProcess(
-            name, tidelake_argv("stage"), self.env, self.cfg.home.resolve() / "logs" / f"{name}.log"
+            name,
+            tidelake_argv("stage"),
+            self.env,
+            self.cfg.home.resolve() / "logs" / f"{name}.log",
+            die_with_parent=self.die_with_parent,
         )
         self.children.append(stager)
         stager.start()

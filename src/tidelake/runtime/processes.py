@@ -23,6 +23,12 @@ through :class:`ChildProcess`. Its contract:
   instant, as a crash would; :meth:`ChildProcess.restart` is stop (or kill) then start.
 * **Log.** stdout and stderr go to ``log_path`` (appended across restarts);
   :meth:`ChildProcess.log_tail` gives its last lines for error messages.
+* **Dying with the parent** (``die_with_parent``, Linux). A child in a session of its own
+  outlives a parent killed with ``kill -9``. ``tidelake run`` asks the kernel to send its
+  stages and its nats-server SIGTERM when it dies (``PR_SET_PDEATHSIG``), so a killed ``run``
+  leaves no unsupervised stager, ingest or server behind to fight the next ``run`` over the
+  home. The signal follows the *thread* that started the child: such children are started
+  from the main thread.
 
 Built on `mirakuru <https://github.com/dbfixtures/mirakuru>`_ (3.x): its ``Executor`` starts
 the child with ``setsid``, polls a readiness check while watching the child's exit status,
@@ -42,6 +48,8 @@ file, so :func:`log_line` reads the file.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -135,6 +143,24 @@ def every(*checks: Readiness) -> Readiness:
 # --- the process -------------------------------------------------------------------------------
 
 
+#: prctl(2) option: the signal this process gets when its parent (thread) exits.
+_PR_SET_PDEATHSIG = 1
+
+
+def _session_dying_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: a session of its own (as mirakuru's), and SIGTERM when ``parent``
+    dies; a parent already gone by then gets it at once."""
+
+    def preexec() -> None:
+        os.setsid()
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 class _Executor(Executor):
     """mirakuru's executor with the readiness of a :class:`ChildProcess` and, optionally, an
     environment that does not start from ``os.environ``."""
@@ -157,6 +183,13 @@ class _Executor(Executor):
             self._uuid = f"{inherited};{self._uuid}"
         self._owner = owner
         self._base_env = None if base_env is None else dict(base_env)
+
+    @property
+    def _popen_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super()._popen_kwargs
+        if self._owner.die_with_parent and sys.platform == "linux":
+            kwargs["preexec_fn"] = _session_dying_with(os.getpid())
+        return kwargs
 
     @property
     def envvars(self) -> dict[str, str]:
@@ -201,6 +234,7 @@ class ChildProcess:
         stop_signal: signal.Signals = signal.SIGTERM,
         stop_timeout_s: float = 30.0,
         popen_kwargs: Mapping[str, Any] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -213,6 +247,8 @@ class ChildProcess:
         self.stop_signal = stop_signal
         self.stop_timeout_s = stop_timeout_s
         self.popen_kwargs = dict(popen_kwargs or {})
+        #: SIGTERM to the child when this process dies (module doc; Linux only).
+        self.die_with_parent = die_with_parent
         self.starts = 0
         self._executor: _Executor | None = None
         self._proc: subprocess.Popen[Any] | None = None

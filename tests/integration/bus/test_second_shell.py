@@ -24,7 +24,15 @@ import nats.js.errors
 import orjson
 import pytest
 
-from tidelake.bus.discovery import RECORD_FILE, pid_alive, port_answers, read_record
+from tidelake.bus.discovery import (
+    RECORD_FILE,
+    BusRecord,
+    claim_home,
+    pid_alive,
+    port_answers,
+    read_record,
+    write_record,
+)
 from tidelake.bus.server import EmbeddedNats
 from tidelake.runtime.processes import ChildProcess, free_port, http_ok, tidelake_argv
 
@@ -148,19 +156,21 @@ def test_every_verb_of_a_second_shell_finds_the_recorded_bus(
 def test_a_stale_record_is_ignored_and_replaced_by_the_next_owner(
     owner: tuple[ChildProcess, Path], tmp_path: Path
 ) -> None:
-    """The owner killed with SIGKILL (its nats-server, in a session of its own, lives on):
-    ``status`` names the stale record and ignores it (bus down, exit 0); a new ``stage`` on
-    the home stops the orphaned server, starts its own and records itself."""
+    """The owner killed with SIGKILL: its nats-server, in a session of its own, gets SIGTERM
+    from the kernel and goes too (die_with_parent), the record stays behind; ``status`` names
+    the stale record and ignores it (bus down, exit 0); a new ``stage`` on the home starts its
+    own server and records itself."""
     stage, home = owner
     old = read_record(home)
     assert old is not None
     assert old.server_pid is not None
     assert stage.pid is not None
     os.kill(stage.pid, signal.SIGKILL)  # the leader only, as `kill -9 <pid>` in a shell
-    deadline = time.monotonic() + 10
-    while pid_alive(stage.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)  # not stage.wait(): it would sweep the orphaned server too
-    assert pid_alive(old.server_pid)  # the orphan the next owner must deal with
+    deadline = time.monotonic() + 15
+    while (pid_alive(stage.pid) or pid_alive(old.server_pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # not stage.wait(): it would sweep the server itself
+    assert (False, False) == (pid_alive(stage.pid), pid_alive(old.server_pid))
+    assert old == read_record(home)
 
     status = _tidelake("status", "--json", env=_env(home))
     assert 0 == status.returncode, status.stderr
@@ -282,3 +292,29 @@ def test_serve_started_before_the_pipeline_finds_its_bus_once_recorded(tmp_path:
         with stage:
             serve.wait_until(lambda _p: bus_up(), 30, "the bus up in /api/status")
     assert False is before
+
+
+def test_a_new_owner_stops_the_server_a_killed_owner_left_on_the_home(tmp_path: Path) -> None:
+    """A stale record whose nats-server still runs on the home's store (an owner that could
+    not take it along): ``claim_home`` stops that server (SIGTERM: JetStream flushes) before
+    a new one opens the store, and leaves a server on another store alone."""
+    home = tmp_path / "home"
+    ours = EmbeddedNats(home / "nats")
+    other = EmbeddedNats(tmp_path / "other")
+    with ours, other:
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        write_record(
+            home,
+            BusRecord(ours.url, dead.pid, ours.monitor_url, ours.pid, str(home), "then"),
+        )
+        claim_home(home, home / "nats")
+        deadline = time.monotonic() + 15
+        while ours.running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        write_record(
+            home,
+            BusRecord(other.url, dead.pid, other.monitor_url, other.pid, str(home), "then"),
+        )
+        claim_home(home, home / "nats")
+        assert (False, True) == (ours.running, other.running)

@@ -321,3 +321,44 @@ def test_kill_reaches_the_children_of_a_nested_child_process(tmp_path: Path) -> 
     assert os.getpgid(grandchild) != os.getpgid(proc.pid or 0)
     proc.kill()
     _wait_gone(grandchild)
+
+
+#: Starts a TERM-aware grandchild in a session of its own; ``argv[2]`` says die_with_parent.
+NESTED_DYING = """
+import sys, time
+from pathlib import Path
+from tidelake.runtime.processes import ChildProcess, log_line
+inner = ChildProcess("inner", [sys.executable, "-c", sys.argv[3]], log_path=Path(sys.argv[1]),
+                     die_with_parent=sys.argv[2] == "yes", ready=log_line("ready"))
+inner.start()
+print("pids", inner.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_die_with_parent_sends_sigterm_when_the_starter_is_killed(
+    tmp_path: Path, dies: bool
+) -> None:
+    """A grandchild started with die_with_parent gets SIGTERM (its log says so) when the
+    process that started it is killed with SIGKILL alone, as `kill -9 <run>` does; without
+    it, the grandchild in its own session lives on (until this test's sweep)."""
+    inner_log = tmp_path / "inner.log"
+    proc = ChildProcess(
+        "outer",
+        [*_py(NESTED_DYING), str(inner_log), "yes" if dies else "no", TERM_AWARE],
+        log_path=tmp_path / "outer.log",
+        ready=log_line("pids "),
+    ).start()
+    try:
+        grandchild = _grandchild_pid(proc)
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)  # the leader only: no group signal, no sweep
+        if dies:
+            _wait_gone(grandchild)
+            assert "got SIGTERM" in inner_log.read_text()
+        else:
+            time.sleep(1.0)
+            assert psutil.Process(grandchild).is_running()
+    finally:
+        proc.kill()
