@@ -1,12 +1,13 @@
 """``tidelake query``: SQL over the lake's tables, answered by DuckDB (default) or Spark.
 
-The default engine needs no JVM: the tables a statement names (found by parsing it with
-sqlglot) are read by hudi-rs into Arrow (:func:`tidelake.verify.lake.read_table`, the latest
-snapshot) and the statement runs in an in-memory DuckDB where ``db.table`` is a view in
-schema ``db``. Only the named tables are read, so a query over one table of a large lake
-answers in well under a second. ``--engine spark`` starts a Spark session with every lake
-table registered, for what only Spark reads: time travel, incremental queries, Spark SQL
-syntax. Both return a :class:`QueryResult`; printing it is the CLI's business.
+The default engine needs no JVM: the tables a statement names (found by DuckDB's parser, or
+sqlglot for what that does not serialize) are read by hudi-rs into Arrow
+(:func:`tidelake.verify.lake.read_table`, the latest snapshot) and the statement runs in an
+in-memory DuckDB where ``db.table`` is a view in schema ``db``. Only the named tables are
+read, so a query over one table of a large lake answers in well under a second.
+``--engine spark`` starts a Spark session with every lake table registered, for what only
+Spark reads: time travel, incremental queries, Spark SQL syntax. Both return a
+:class:`QueryResult`; printing it is the CLI's business.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlglot
-from sqlglot import exp
+import orjson
 
 from tidelake.config import Config
 from tidelake.errors import IngestError
@@ -23,6 +23,7 @@ from tidelake.lake.hudi import TIDELAKE_DIR, local_dir, split_table_id
 from tidelake.names import segment_name, table_id
 
 if TYPE_CHECKING:
+    import duckdb
     from pyspark.sql import SparkSession
 
 Engine = Literal["duckdb", "spark"]
@@ -42,26 +43,44 @@ class QueryResult:
     truncated: bool
 
 
-def referenced_tables(sql: str) -> list[tuple[str, str]]:
-    """``(db, table)`` of every qualified table ``sql`` reads, in order, once each.
+def referenced_tables(sql: str, con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """``(db, table)`` of every schema-qualified table ``sql`` reads, in order, once each.
 
-    Names of common table expressions are not tables; an unqualified name is left to the
-    engine (it fails there naming the table)."""
+    DuckDB's own parser reads the statement (``json_serialize_sql``: the dialect it runs in,
+    and no sqlglot import on the way to a sub-second answer); what it does not serialize
+    (statements other than queries) is parsed by sqlglot. An unqualified name (a common
+    table expression, a typo) is left to the engine, which names it if it is unknown."""
+    rows = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
+    tree = orjson.loads(rows[0][0]) if rows else {"error": True}
+    if tree.get("error"):
+        return _sqlglot_tables(sql)
+    found: dict[tuple[str, str], None] = {}
+    todo: list[Any] = [tree["statements"]]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(reversed(node))
+        elif isinstance(node, dict):
+            table = node.get("type") == "BASE_TABLE" and not node.get("catalog_name")
+            if table and node.get("schema_name"):
+                found[(node["schema_name"], node["table_name"])] = None
+            todo.extend(reversed(list(node.values())))
+    return list(found)
+
+
+def _sqlglot_tables(sql: str) -> list[tuple[str, str]]:
+    import sqlglot
+    from sqlglot import exp
+
     try:
         statements = sqlglot.parse(sql, read="duckdb")
     except sqlglot.errors.ParseError as exc:
         raise QueryError(f"the statement does not parse: {exc}") from exc
     found: dict[tuple[str, str], None] = {}
     for statement in statements:
-        if statement is None:
-            continue
-        ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
-        for table in statement.find_all(exp.Table):
-            if table.catalog or not table.db or not table.name:
-                continue
-            if table.name in ctes and not table.db:
-                continue
-            found[(table.db, table.name)] = None
+        for table in statement.find_all(exp.Table) if statement is not None else ():
+            if table.db and table.name and not table.catalog:
+                found[(table.db, table.name)] = None
     return list(found)
 
 
@@ -112,7 +131,7 @@ def run_duckdb(config: Config, sql: str, limit: int) -> QueryResult:
     try:
         # Spark's session runs in UTC (lake/spark.py): the two engines show the same instants.
         con.execute("SET TimeZone = 'UTC'")
-        for n, (database, table) in enumerate(referenced_tables(sql)):
+        for n, (database, table) in enumerate(referenced_tables(sql, con)):
             if database == TIDELAKE_DIR:
                 raise QueryError(f"{database}.{table}: the lake's own state is not a table")
             table_id = _resolve(config, database, table, known)
