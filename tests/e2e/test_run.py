@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from urllib.request import urlopen
 
 import orjson
 import psutil
@@ -27,12 +28,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 400
 
 
-def _config(home: Path, nats_port: int, api_port: int) -> Path:
+def _config(home: Path, nats_port: int, api_port: int, metrics_port: int) -> Path:
     data = {
         "home": str(home),
         # No bus.url: `run` starts its embedded nats-server, on a port the test knows.
         "bus": {"embedded": {"port": nats_port}},
         "api": {"port": api_port},
+        # run's own /metrics and /healthz here, its stager and ingest on the next ports.
+        "metrics": {"port": metrics_port},
         "stage": {"max_age_s": 0.5},
         "ingest": {"warm_up": False},
         "lake": {"spark": {"master": "local[2]", "driver_memory": "1g", "shuffle_partitions": 2}},
@@ -63,7 +66,8 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
     home = tmp_path / "home"
     nats_port = free_port()
     api_port = free_port()
-    config_path = _config(home, nats_port, api_port)
+    metrics_port = free_port()
+    config_path = _config(home, nats_port, api_port, metrics_port)
     cfg = load_config(config_path, environ={})
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
     staging_beats = Path(cfg.stage_root) / "_tidelake"
@@ -92,6 +96,14 @@ def test_run_lands_published_changes_and_stops_cleanly_on_sigterm(tmp_path: Path
         printed = run.log_tail(200)
         assert f"bus        nats://127.0.0.1:{nats_port}" in printed
         assert f"dashboard  http://127.0.0.1:{api_port}/" in printed
+        # run, its stager (port + 2) and its ingest (port + 3) each answer /healthz.
+        beats = [
+            orjson.loads(urlopen(f"http://127.0.0.1:{metrics_port + n}/healthz", timeout=5).read())
+            for n in (0, 2, 3)
+        ]
+        assert [("ok", "run"), ("ok", "stager"), ("ok", "ingest")] == [
+            (b["status"], b["process"]) for b in beats
+        ]
         second_shell = {**env, "TIDELAKE_HOME": str(home)}
         status = subprocess.run(
             tidelake_argv("status", "--json"),

@@ -30,6 +30,7 @@ from tidelake.config import Config
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
 from tidelake.pipeline.stack import LocalStack
 from tidelake.retry import backoff_s
+from tidelake.runtime.metrics_server import beat, serving
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +62,11 @@ def where_lines(stack: LocalStack, *, serve: bool) -> list[str]:
         lines.append(f"dashboard  {dashboard_url(cfg)}")
     else:
         lines.append("dashboard  `tidelake serve` in another shell, or `tidelake run --serve`")
+    if cfg.metrics.port is not None:
+        lines.append(
+            f"metrics    http://{cfg.metrics.host}:{cfg.metrics.port}/metrics (run; its stages: "
+            "the next ports, docs/metrics.md)"
+        )
     lines.append(f"home       {stack.home}")
     lines.append(f"logs       {stack.home / 'logs'}")
     return lines
@@ -99,41 +105,45 @@ def run_pipeline(
         die_with_parent=True,
     )
     try:
-        stack.start()
-        if serve:
-            api = StageProcess(
-                "serve",
-                tidelake_argv("serve"),
-                stack.env,
-                stack.cfg.home.resolve() / "logs" / "serve.log",
-                die_with_parent=True,
-            )
-            stack.children.append(api)
-            api.start()
-            log.info("started", stage=api.name, pid=api.pid, log=str(api.log_path))
-        for line in where_lines(stack, serve=serve):
-            say(line)
-        restarts = {c.name: 0 for c in stack.children}
-        healthy_logged = False
-        while not stop:
-            for child in stack.children:
-                if not child.alive() and not stop:
-                    restarts[child.name] += 1
-                    pause = backoff_s(restarts[child.name], max_wait_s=MAX_BACKOFF_S)
-                    log.warning(
-                        "stage exited; restarting",
-                        stage=child.name,
-                        status=child.returncode(),
-                        backoff_s=round(pause, 2),
-                        log_tail=child.log_tail(5),
-                    )
-                    time.sleep(pause)
-                    child.start()
-            if not healthy_logged and stack.healthy():
-                healthy_logged = True
-                log.info("pipeline healthy", bus=stack.bus_url)
-                say("ready      the stager and the ingest are up; Ctrl-C stops the pipeline")
-            time.sleep(0.5)
+        # run's own /metrics and /healthz on metrics.port (its children move to the next
+        # ports: runtime/metrics_server.py); bound first, so a taken port stops run at once.
+        with serving(cfg.metrics, "run"):
+            stack.start()
+            if serve:
+                api = StageProcess(
+                    "serve",
+                    tidelake_argv("serve"),
+                    stack.env,
+                    stack.cfg.home.resolve() / "logs" / "serve.log",
+                    die_with_parent=True,
+                )
+                stack.children.append(api)
+                api.start()
+                log.info("started", stage=api.name, pid=api.pid, log=str(api.log_path))
+            for line in where_lines(stack, serve=serve):
+                say(line)
+            restarts = {c.name: 0 for c in stack.children}
+            healthy_logged = False
+            while not stop:
+                for child in stack.children:
+                    if not child.alive() and not stop:
+                        restarts[child.name] += 1
+                        pause = backoff_s(restarts[child.name], max_wait_s=MAX_BACKOFF_S)
+                        log.warning(
+                            "stage exited; restarting",
+                            stage=child.name,
+                            status=child.returncode(),
+                            backoff_s=round(pause, 2),
+                            log_tail=child.log_tail(5),
+                        )
+                        time.sleep(pause)
+                        child.start()
+                if not healthy_logged and stack.healthy():
+                    healthy_logged = True
+                    log.info("pipeline healthy", bus=stack.bus_url)
+                    say("ready      the stager and the ingest are up; Ctrl-C stops the pipeline")
+                beat()  # /healthz: the supervisor's loop turns
+                time.sleep(0.5)
     finally:
         stack.stop()
     return 0

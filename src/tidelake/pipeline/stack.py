@@ -48,6 +48,7 @@ from tidelake.errors import TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
+from tidelake.runtime.metrics_server import assign_child_ports
 from tidelake.runtime.storage import open_storage
 
 log = structlog.get_logger(__name__)
@@ -193,6 +194,8 @@ class LocalStack:
             ingest_interval_s=self.ingest_interval_s,
             die_with_parent=self.die_with_parent,
         )
+        # metrics.port is the parent's (run's own endpoint): each child gets its own port.
+        assign_child_ports(self.children, cfg.metrics)
         for child in self.children:
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
@@ -213,6 +216,7 @@ class LocalStack:
             die_with_parent=self.die_with_parent,
         )
         self.children.append(stager)
+        assign_child_ports(self.children, self.cfg.metrics)
         stager.start()
         log.info("started", stage=name, pid=stager.pid, log=str(stager.log_path))
         return stager
