@@ -89,5 +89,6 @@ constraints: ## Refresh constraints.txt: every dependency of tidelake[all] pinne
 	@sed -i '1i # Pinned versions of every dependency of tidelake[all] (`make constraints`; uv pip compile).\n# Reproducible installs and images: pip install -c constraints.txt "tidelake[spark]"' constraints.txt
 
 .PHONY: clean
-clean: ## Remove the demo's data directory (.tidelake/)
-	rm -rf .tidelake
+clean: ## Remove the demo's data directory (<home>/demo; home: $TIDELAKE_HOME, else $XDG_DATA_HOME/tidelake, else ~/.local/share/tidelake)
+	@home="$${TIDELAKE_HOME:-$${XDG_DATA_HOME:-$$HOME/.local/share}/tidelake}"; \
+		echo "rm -rf $$home/demo"; rm -rf "$$home/demo" .tidelake
