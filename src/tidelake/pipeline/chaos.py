@@ -62,7 +62,7 @@ from tidelake.bus.connection import connect
 from tidelake.bus.dlq import HEADER_REASON
 from tidelake.bus.scan import scan_stream
 from tidelake.bus.server import EmbeddedNats
-from tidelake.config import Config
+from tidelake.config import Config, default_home
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.chaos_sources import (
     ChaosSource,
@@ -130,7 +130,8 @@ class ChaosOptions:
     #: the lake; disk-full faults fill them.
     stage_disk_mb: int = 1024
     lake_disk_mb: int = 2048
-    home: Path = Path(".tidelake/chaos")
+    #: ``<home>/chaos`` of the default home (config.default_home); the CLI passes its own.
+    home: Path = field(default_factory=lambda: default_home(os.environ) / "chaos")
     source: Source = "workload"
     catch_up_timeout_s: float = 900.0
     #: The fault phase ends after this long even if ``min_faults`` is not reached.

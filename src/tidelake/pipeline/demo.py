@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import shlex
 import statistics
 import sys
@@ -29,7 +30,7 @@ from rich.table import Table
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.capture.publisher import Acked, Publisher
-from tidelake.config import Config
+from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.stack import LocalStack, prepare_home
@@ -45,7 +46,8 @@ class DemoOptions:
     events: int = 50_000
     rate: float = 2_000.0
     seed: int = 7
-    home: Path = Path(".tidelake/demo")
+    #: ``<home>/demo`` of the default home (config.default_home); the CLI passes its own.
+    home: Path = field(default_factory=lambda: default_home(os.environ) / "demo")
     catch_up_timeout_s: float = 600.0
     #: ``"minio"``: staging and lake in a private MinIO (pipeline/object_store.py).
     object_store: str | None = None
