@@ -640,9 +640,40 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
             if not isinstance(nxt, dict):
                 raise ConfigError(f"{name}: conflicts with another override")
             node = nxt
-        # Secrets stay strings; everything else is a YAML scalar (numbers, booleans, lists).
-        node[keys[-1]] = raw if keys[-1] in SECRET_FIELDS else yaml.safe_load(raw)
+        # Secrets and text settings stay strings as written (`TIDELAKE_API__HOST=::` is an
+        # address, not a YAML mapping); everything else is a YAML scalar (numbers, booleans,
+        # lists).
+        if keys[-1] in SECRET_FIELDS:
+            node[keys[-1]] = raw
+        elif _is_text_setting(keys):
+            # YAML's null still unsets an optional text setting (`TIDELAKE_BUS__URL=`).
+            node[keys[-1]] = None if raw.strip() in ("", "~", "null", "Null", "NULL") else raw
+        else:
+            node[keys[-1]] = yaml.safe_load(raw)
     return out
+
+
+def _is_text_setting(keys: list[str]) -> bool:
+    """True when the setting at ``keys`` is declared ``str`` (or ``str | None``); False when
+    the path is not a declared field (a key of a mapping such as ``lake.tables``)."""
+    model: type[BaseModel] = Config
+    for k in keys[:-1]:
+        info = model.model_fields.get(k)
+        if info is None:
+            return False
+        nested = [
+            a
+            for a in (info.annotation, *getattr(info.annotation, "__args__", ()))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not nested:
+            return False
+        model = nested[0]
+    info = model.model_fields.get(keys[-1])
+    if info is None:
+        return False
+    kinds = set(getattr(info.annotation, "__args__", ())) or {info.annotation}
+    return str in kinds and kinds <= {str, type(None)}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

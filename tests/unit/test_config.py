@@ -167,3 +167,19 @@ def test_a_config_files_home_beats_the_default_and_tidelake_home_beats_the_file(
     assert (
         tmp_path / "env" == load_config(path, environ={"TIDELAKE_HOME": str(tmp_path / "env")}).home
     )
+
+
+def test_a_text_setting_from_the_environment_is_taken_as_written() -> None:
+    """``TIDELAKE_API__HOST=::`` (every IPv6 address) is an address, not the YAML mapping
+    ``{None: None}`` it parses to; numbers still parse and an empty value still unsets."""
+    cfg = load_config(
+        None,
+        environ={
+            "TIDELAKE_API__HOST": "::",
+            "TIDELAKE_API__TOKEN": "t",
+            "TIDELAKE_API__PORT": "9000",
+            "TIDELAKE_BUS__URL": "",
+            "TIDELAKE_STAGE__ROOT": "0123",
+        },
+    )
+    assert ("::", 9000, None, "0123") == (cfg.api.host, cfg.api.port, cfg.bus.url, cfg.stage.root)
