@@ -328,6 +328,7 @@ def run(
     shell (same --home) find it there."""
     from tidelake.errors import BusError
     from tidelake.pipeline.run import run_pipeline
+    from tidelake.runtime.metrics_server import MetricsPortError
 
     # Not the home's recorded bus: `run` starts (and records) its own, or uses bus.url.
     cfg = _load(config, find_bus=False)
@@ -348,6 +349,9 @@ def run(
     except BusError as exc:
         err_console.print(f"[bold red]bus error[/] {exc}", soft_wrap=True)
         raise typer.Exit(1) from exc
+    except MetricsPortError as exc:
+        err_console.print(f"[bold red]metrics endpoint[/] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from exc
     raise typer.Exit(status)
 
 
@@ -446,8 +450,6 @@ def capture(
     if update:
         cfg = cfg.model_copy(update={"capture": cfg.capture.model_copy(update=update)})
     if not cfg.bus.url:
-        from rich.markup import escape
-
         from tidelake.bus.discovery import no_bus_message
 
         err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
