@@ -346,4 +346,13 @@ def serve(
     import uvicorn
 
     app = create_app(cfg, stale_after_s=stale_after_s)
-    uvicorn.run(app, host=cfg.api.host, port=cfg.api.port, log_level=log_level, access_log=False)
+    # log_config=None: uvicorn's loggers keep no handlers of their own and reach the root
+    # handler runtime/logs.py set up, so `log_format: json` holds for its lines too.
+    uvicorn.run(
+        app,
+        host=cfg.api.host,
+        port=cfg.api.port,
+        log_level=log_level,
+        access_log=False,
+        log_config=None,
+    )
