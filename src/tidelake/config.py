@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path, PurePath
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -672,7 +673,13 @@ def _is_text_setting(keys: list[str]) -> bool:
     info = model.model_fields.get(keys[-1])
     if info is None:
         return False
-    kinds = set(getattr(info.annotation, "__args__", ())) or {info.annotation}
+    annotation = info.annotation
+    if annotation is str:
+        return True
+    # Only `str | None` (Optional[str]); a dict[str, str] or list[str] has str args too.
+    if get_origin(annotation) not in (Union, UnionType):
+        return False
+    kinds = set(get_args(annotation))
     return str in kinds and kinds <= {str, type(None)}
 
 

@@ -180,6 +180,10 @@ def test_a_text_setting_from_the_environment_is_taken_as_written() -> None:
             "TIDELAKE_API__PORT": "9000",
             "TIDELAKE_BUS__URL": "",
             "TIDELAKE_STAGE__ROOT": "0123",
+            "TIDELAKE_LAKE__SPARK__CONF": '{"spark.x": "1"}',
+            "TIDELAKE_API__ALLOWED_HOSTS": "[a.example]",
         },
     )
     assert ("::", 9000, None, "0123") == (cfg.api.host, cfg.api.port, cfg.bus.url, cfg.stage.root)
+    # A mapping or list of strings is still YAML.
+    assert ({"spark.x": "1"}, ["a.example"]) == (cfg.lake.spark.conf, cfg.api.allowed_hosts)

@@ -20,6 +20,7 @@ from tidelake.lake.spark import (
     HUDI_BUNDLE_JAR,
     S3A_JARS,
     hudi_jars,
+    local_class_path,
     session_conf,
 )
 from tidelake.lake.store import discover_tables
@@ -142,3 +143,17 @@ def test_session_conf_is_offline_quiet_and_uses_the_hudi_catalog(tmp_path: Path)
     assert expected == {k: conf[k] for k in expected}
     assert "spark.jars.packages" not in conf
     assert "log4j2.properties" in conf["spark.driver.extraJavaOptions"]
+
+
+def test_a_local_session_puts_the_jars_on_the_class_path_not_in_spark_jars() -> None:
+    """A local master gets the jars on the driver class path (no per-session copy under
+    /tmp that a killed JVM leaves behind); a user's own class path is kept after them; a
+    cluster master keeps spark.jars for its executors."""
+    conf = {"spark.master": "local[2]", "spark.jars": "/j/a.jar,/j/b.jar"}
+    assert {"spark.master": "local[2]", "spark.driver.extraClassPath": "/j/a.jar:/j/b.jar"} == (
+        local_class_path(conf)
+    )
+    mine = {**conf, "spark.driver.extraClassPath": "/mine.jar"}
+    assert "/j/a.jar:/j/b.jar:/mine.jar" == local_class_path(mine)["spark.driver.extraClassPath"]
+    cluster = {"spark.master": "spark://h:7077", "spark.jars": "/j/a.jar"}
+    assert cluster == local_class_path(cluster)
