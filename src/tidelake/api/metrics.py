@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from tidelake.api.monitor import Snapshot, pipeline_state, table_states
 from tidelake.runtime.heartbeat import heartbeat_age_s, is_up
-from tidelake.runtime.live_metrics import snake_label
+from tidelake.runtime.live_metrics import reason_family
 from tidelake.runtime.metrics_server import BuildInfoCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,23 +58,14 @@ class SnapshotCollector(Collector):
         yield counter("messages_staged", "Messages staged as change events", t.staged)
         yield counter("messages_skipped", "Messages that carry no row (watermarks)", t.skipped)
         yield counter("batches", "Batches staged (manifests written)", t.batches)
-        dl = CounterMetricFamily(
+        reasons = {r: n for r, n in t.by_reason.items() if not r.startswith("skipped:")}
+        if t.dead_lettered and not reasons:  # manifests without per-reason counts
+            reasons = {"unknown": t.dead_lettered}
+        yield reason_family(
             "tidelake_stage_messages_dead_lettered",
             "Messages sent to the dead-letter stream, by reason",
-            labels=["reason"],
+            reasons,
         )
-        reasons: dict[str, int] = {}
-        for reason, n in t.by_reason.items():
-            if not reason.startswith("skipped:"):
-                label = snake_label(reason)
-                reasons[label] = reasons.get(label, 0) + n
-        for label, n in sorted(reasons.items()):
-            dl.add_metric([label], n)
-        if t.dead_lettered and not any(
-            not r.startswith("skipped:") for r in t.by_reason
-        ):  # manifests without per-reason counts
-            dl.add_metric(["unknown"], t.dead_lettered)
-        yield dl
         ev = CounterMetricFamily(
             "tidelake_stage_events_staged", "Change events staged, per table", labels=["table"]
         )

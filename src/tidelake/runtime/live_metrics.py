@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -36,6 +36,19 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 def snake_label(value: str) -> str:
     """A label value in snake_case: lower case, every run of other characters one ``_``."""
     return re.sub(r"[^a-z0-9]+", "_", value.lower()).strip("_") or "unknown"
+
+
+def reason_family(name: str, doc: str, by_reason: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter family labelled ``reason``, the reasons in snake_case (reasons that become
+    the same label are summed), sorted."""
+    family = CounterMetricFamily(name, doc, labels=["reason"])
+    counts: dict[str, int] = {}
+    for reason, n in by_reason.items():
+        label = snake_label(reason)
+        counts[label] = counts.get(label, 0) + n
+    for label, n in sorted(counts.items()):
+        family.add_metric([label], n)
+    return family
 
 
 # -- the stager ------------------------------------------------------------------------------
@@ -90,18 +103,11 @@ class StagerCollector(Collector):
         )
         yield counter("bus_failures", "Failed requests to NATS (retried)", s.bus_failures)
         yield counter("messages_given_back", "Messages handed back to another stager", s.given_back)
-        dl = CounterMetricFamily(
+        yield reason_family(
             "tidelake_stager_messages_dead_lettered",
             "Messages this stager sent to the dead-letter stream, by reason",
-            labels=["reason"],
+            s.dead_lettered_by_reason,
         )
-        reasons: dict[str, int] = {}
-        for reason, n in s.dead_lettered_by_reason.items():
-            label = snake_label(reason)
-            reasons[label] = reasons.get(label, 0) + n
-        for label, n in sorted(reasons.items()):
-            dl.add_metric([label], n)
-        yield dl
         ev = CounterMetricFamily(
             "tidelake_stager_events_staged",
             "Change events this stager staged, per table",
