@@ -67,11 +67,9 @@ def _recorded(home: Path) -> Any:
     return ready
 
 
-@pytest.fixture
-def owner(tmp_path: Path) -> Iterator[tuple[ChildProcess, Path]]:
-    """``tidelake stage`` on embedded defaults in its own home, up once it recorded its bus."""
-    home = tmp_path / "home"
-    stage = ChildProcess(
+def _stager(tmp_path: Path, home: Path) -> ChildProcess:
+    """``tidelake stage`` on embedded defaults in ``home``, ready once it recorded its bus."""
+    return ChildProcess(
         "stage",
         tidelake_argv("stage"),
         log_path=tmp_path / "stage.log",
@@ -80,6 +78,13 @@ def owner(tmp_path: Path) -> Iterator[tuple[ChildProcess, Path]]:
         startup_timeout_s=60,
         stop_timeout_s=30,
     )
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Iterator[tuple[ChildProcess, Path]]:
+    """``tidelake stage`` on embedded defaults in its own home, up once it recorded its bus."""
+    home = tmp_path / "home"
+    stage = _stager(tmp_path, home)
     stage.start()
     try:
         yield stage, home
@@ -278,15 +283,7 @@ def test_serve_started_before_the_pipeline_finds_its_bus_once_recorded(tmp_path:
         ready=http_ok(f"http://127.0.0.1:{port}/api/health"),
         startup_timeout_s=60,
     )
-    stage = ChildProcess(
-        "stage",
-        tidelake_argv("stage"),
-        log_path=tmp_path / "stage.log",
-        base_env=_env(home),
-        ready=_recorded(home),
-        startup_timeout_s=60,
-        stop_timeout_s=30,
-    )
+    stage = _stager(tmp_path, home)
     with serve:
         before = bus_up()
         with stage:

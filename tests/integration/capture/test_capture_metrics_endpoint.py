@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from capturekit import CaptureRun, stream_count
-from prometheus_client.parser import text_string_to_metric_families
 
+from support.scrape import get as _get
+from support.scrape import samples as _samples
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer
 from tidelake.runtime.processes import free_port
@@ -20,20 +20,6 @@ from tidelake.runtime.processes import free_port
 pytestmark = pytest.mark.integration
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
-
-
-def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return resp.status, resp.read().decode()
-
-
-def _samples(text: str) -> dict[str, float]:
-    return {
-        s.name: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if not s.labels
-    }
 
 
 def test_capture_serves_its_own_metrics(
@@ -76,7 +62,8 @@ def test_capture_serves_its_own_metrics(
         documented = set(re.findall(r"`(tidelake_capturer_[a-z_]+)`", DOC.read_text()))
         assert len(documented) >= 5
         assert [] == sorted(documented - set(samples))
-        status, body = _get(f"{base}/healthz")
+        status, raw = _get(f"{base}/healthz")
+        body = raw.decode()
         assert (200, '"status":"ok"') == (status, body[body.index('"status"') :][:13])
     finally:
         conn.close()

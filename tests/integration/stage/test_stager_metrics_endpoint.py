@@ -4,37 +4,15 @@ port already taken fails the start at once with a clear error."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from stagekit import StageEnv, canal_json, run, stop_process, wait_for
 
+from support.scrape import get as _get
+from support.scrape import samples as _samples
 from tidelake.runtime.processes import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
-def _samples(text: bytes) -> dict[str, float]:
-    """``name{labels}`` → value of every sample (labels sorted, as written)."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text.decode()):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 def test_stage_serves_healthz_and_its_own_counters(stage_env: StageEnv) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 
 import orjson
@@ -14,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tidelake
+from support.scrape import get as _get
 from tidelake.config import MetricsConfig, load_config
 from tidelake.runtime.metrics_server import (
     Liveness,
@@ -25,14 +24,6 @@ from tidelake.runtime.metrics_server import (
     serving,
 )
 from tidelake.runtime.processes import free_port
-
-
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_metrics_settings_default_off_and_come_from_the_environment() -> None:
