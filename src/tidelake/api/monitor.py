@@ -127,6 +127,13 @@ class Monitor:
         self._bus_error: str | None = None
         self._durability = DurabilityCheck(cfg.bus)
 
+    def _capture_heartbeat(self) -> dict[str, Any] | None:
+        """The capture's record: in the staging store, else (an older capture's) beside its
+        position file."""
+        return self.stage.heartbeat("capture") or read_heartbeat(
+            self.cfg.capture_position_file.parent / HEARTBEAT_DIR, "capture"
+        )
+
     async def snapshot(self) -> Snapshot:
         async with self._lock:
             now = time.time()
@@ -154,9 +161,7 @@ class Monitor:
             lake=self.lake,
             stager=await asyncio.to_thread(self.stage.heartbeat),
             ingest=self.lake.heartbeat(),
-            capture=read_heartbeat(
-                self.cfg.capture_position_file.parent / HEARTBEAT_DIR, "capture"
-            ),
+            capture=await asyncio.to_thread(self._capture_heartbeat),
             bus=None,
             bus_error=None,
             stale_after_s=self.stale_after_s,

@@ -159,9 +159,11 @@ class StageRecord:
             t.last_seq = max(t.last_seq, m.seq_last)
             t.last_manifest_ms = max(t.last_manifest_ms or 0, m.created_at_ms)
 
-    def heartbeat(self) -> dict[str, Any] | None:
+    def heartbeat(self, stage: str = "stager") -> dict[str, Any] | None:
+        """The last record of ``stage`` in the staging store (the stager's, or the
+        capture's), or None."""
         try:
-            return parse_heartbeat(self.storage.get(f"{HEARTBEAT_DIR}/{heartbeat_name('stager')}"))
+            return parse_heartbeat(self.storage.get(f"{HEARTBEAT_DIR}/{heartbeat_name(stage)}"))
         except TidelakeError:
             return None
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -37,6 +36,7 @@ from tidelake.errors import Terminal, TidelakeError, Transient
 from tidelake.runtime import live_metrics as live
 from tidelake.runtime.heartbeat import Heartbeat
 from tidelake.runtime.metrics_server import beat
+from tidelake.runtime.storage import LocalStorage, open_storage
 
 log = structlog.get_logger(__name__)
 
@@ -160,14 +160,6 @@ async def capture_loop(
     waiting = _Durable()
     sent = 0
 
-    def put(name: str, data: bytes) -> None:
-        # Beside the position file: <home>/capture/_tidelake/capture.heartbeat.json.
-        path = store.path.parent / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-
     def info() -> dict[str, Any]:
         saved = stats.state or {}
         return {
@@ -179,7 +171,12 @@ async def capture_loop(
             "position_saves": store.saves,
         }
 
-    heartbeat = Heartbeat(put, "capture", info)
+    # In the staging store beside the stager's (<staging>/_tidelake/capture.heartbeat.json):
+    # `serve` and `status` read both from there, also when the capture runs in a container
+    # of its own whose disk nobody else sees (the shipped compose and Kubernetes layouts).
+    staging = open_storage(cfg.stage_root, cfg.storage.s3)
+    fallback = staging.overwrite if isinstance(staging, LocalStorage) else None
+    heartbeat = Heartbeat(staging.put, "capture", info, fallback=fallback)
     live.watch_capture(
         lambda: {
             "published": pub.published,

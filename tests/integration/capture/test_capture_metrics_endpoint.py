@@ -4,17 +4,21 @@ published."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capturekit import CaptureRun, stream_count
 
 from support.scrape import get as _get
 from support.scrape import samples as _samples
+from tidelake.api.monitor import Monitor
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer
+from tidelake.config import load_config
 from tidelake.runtime.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -65,6 +69,26 @@ def test_capture_serves_its_own_metrics(
         status, raw = _get(f"{base}/healthz")
         body = raw.decode()
         assert (200, '"status":"ok"') == (status, body[body.index('"status"') :][:13])
+        # serve elsewhere (another container: its own home, the shared staging root) sees
+        # the capture: its heartbeat is in the staging store, not beside its position file.
+        serve_cfg = load_config(
+            None,
+            environ={
+                "TIDELAKE_HOME": str(tmp_path / "serve"),
+                "TIDELAKE_STAGE__ROOT": run.config.stage_root,
+                "TIDELAKE_BUS__URL": nats.url,
+            },
+        )
+        deadline = time.monotonic() + 15  # a beat every 2 s
+        capture: dict[str, Any] = {}
+        while time.monotonic() < deadline and capture.get("phase") != "streaming":
+            capture = asyncio.run(Monitor(serve_cfg).snapshot()).capture or {}
+            time.sleep(0.5)
+        assert ("capture", "running", "streaming") == (
+            capture.get("stage"),
+            capture.get("state"),
+            capture.get("phase"),
+        )
     finally:
         conn.close()
         run.process.stop()
