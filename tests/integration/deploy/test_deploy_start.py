@@ -292,8 +292,9 @@ def _expected(deployment: Deployment, serve: str, light: list[str]) -> dict[str,
         "not_started": {},
         "api": {
             "anonymous": 401,
-            # The capture's heartbeat is in its own volume: `serve` does not list it.
-            "up": {"stager": True, "ingest": True},
+            # The capture's heartbeat is in the staging store beside the stager's, so serve
+            # lists it although the capture's own volume is elsewhere.
+            "up": {"stager": True, "ingest": True, "capture": True},
             "ingest": "idle",
             "bus_up": True,
         },
@@ -309,8 +310,8 @@ def test_the_compose_stack_and_the_kubernetes_deployments_start(tmp_path: Path) 
     container of the rendered kustomization (secret.example.yaml's values), both stacks at
     once: each service passes the probes its files define (stager, capture, ingest: /healthz
     on 9464; serve: /api/health); only serve has the API token and demands it; serve sees the
-    bus, the stager and the warmed-up ingest through the staging store and the shared state
-    volume; the capture reads the binlog as its config's user; all are alive until SIGTERM
+    bus, the stager, the capture and the warmed-up ingest through the staging store and the
+    shared state volume; the capture reads the binlog as its config's user; all are alive until SIGTERM
     and stop cleanly on it."""
     deployments = {"compose": _compose(), "k8s": _kubernetes()}
     with ThreadPoolExecutor(len(deployments)) as pool:
