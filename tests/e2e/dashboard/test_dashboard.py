@@ -428,9 +428,7 @@ def test_the_table_page_shows_state_history_ddl_and_pauses(
     s.commit("shop.orders", 3, now - 2_000, events=90)
     s.commit("shop.items", 4, now - 3_000, events=10)
     ledger = Ledger(s.lake_state)
-    reason = (
-        "DDL cannot be applied: MODIFY COLUMN qty narrows bigint to int (docs/type-mapping.md)"
-    )
+    reason = "DDL cannot be applied: MODIFY COLUMN qty narrows bigint to int (docs/type-mapping.md)"
     ledger.save_paused({"shop.items": reason})
     ledger.record_blocked(
         "shop.items",

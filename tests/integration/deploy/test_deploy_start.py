@@ -311,8 +311,8 @@ def test_the_compose_stack_and_the_kubernetes_deployments_start(tmp_path: Path) 
     once: each service passes the probes its files define (stager, capture, ingest: /healthz
     on 9464; serve: /api/health); only serve has the API token and demands it; serve sees the
     bus, the stager, the capture and the warmed-up ingest through the staging store and the
-    shared state volume; the capture reads the binlog as its config's user; all are alive until SIGTERM
-    and stop cleanly on it."""
+    shared state volume; the capture reads the binlog as its config's user; all are alive
+    until SIGTERM and stop cleanly on it."""
     deployments = {"compose": _compose(), "k8s": _kubernetes()}
     with ThreadPoolExecutor(len(deployments)) as pool:
         runs = {name: pool.submit(_run, d, tmp_path / name) for name, d in deployments.items()}
