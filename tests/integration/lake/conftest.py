@@ -32,6 +32,29 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_catalog(request: pytest.FixtureRequest) -> None:
+    """Each test that uses the shared session starts with an empty catalog.
+
+    An earlier test's registrations would otherwise outlive it: ``shop.orders`` of the
+    object-store test points at ``s3a://`` on a MinIO stopped with its module, and every later
+    re-registration of that name (the ingest's catalog sync drops the entry first) waited
+    out S3A's retries against the dead endpoint. The entries are forgotten through the
+    session catalog, which touches no table data: Hudi's DROP TABLE would read the table
+    first."""
+    if not {"spark", "lake", "lake_factory"} & set(request.fixturenames):
+        return
+    session: SparkSession = request.getfixturevalue("spark")
+    catalog = session._jsparkSession.sessionState().catalog()
+    catalog.setCurrentDatabase("default")
+    databases = catalog.listDatabases()  # a Scala Seq
+    for database in [databases.apply(i) for i in range(databases.size())]:
+        if database != "default":
+            catalog.dropDatabase(database, True, True)  # ignore if missing, cascade
+    catalog.invalidateAllCachedTables()
+    session.catalog.clearCache()
+
+
 @pytest.fixture
 def lake_factory(spark: SparkSession, tmp_path: Path) -> Callable[..., Lake]:
     """``lake_factory(**env)``: a fresh staging root + lake (config env overrides allowed)."""
