@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
-from stagekit import REPO, StageEnv, canal_json, run
+from stagekit import StageEnv, canal_json, run
 
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.consumer import Stager
@@ -55,12 +56,16 @@ def test_ddl_is_the_last_event_of_its_batch(stage_env: StageEnv) -> None:
     assert orjson.loads(lines[-1])["seq"] == 6
 
 
-def test_stage_without_a_bus_url_exits_2() -> None:
-    """``tidelake stage`` starts no server: without bus.url it says so and exits 2."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(REPO)}
+def test_stage_without_a_bus_url_runs_on_the_homes_embedded_bus(tmp_path: Path) -> None:
+    """``tidelake stage --once`` with no bus.url and no recorded bus starts the home's embedded
+    nats-server itself (as ``run`` would), stages what is there (nothing), and on its clean
+    exit stops that server and removes its record (tests/integration/bus/test_second_shell.py
+    covers the record while it runs)."""
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TIDELAKE_HOME": str(home)}
     proc = subprocess.run(
         [sys.executable, "-m", "tidelake.cli", "stage", "--once"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert proc.returncode == 2
-    assert "bus.url" in proc.stderr
+    assert 0 == proc.returncode, proc.stderr[-2000:]
+    assert (True, False) == ((home / "staging").is_dir(), (home / "bus.json").exists())
