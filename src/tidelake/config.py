@@ -439,6 +439,23 @@ class CaptureConfig(_Model):
     )
     outbox: bool = Field(False, description="PostgreSQL: capture through a transactional outbox")
     position_file: Path | None = Field(None, description="default: <home>/capture/position.json")
+    lag_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="seconds between two lag probes on a connection of their own (slot lag and "
+        "retained WAL, binlog bytes/GTIDs behind): status, metrics, alerts (docs/metrics.md)",
+    )
+    keys: dict[str, list[str]] = Field(
+        {},
+        description="'db.table' -> key columns, for a table without a primary key (or to "
+        "override it): used by snapshot, stream and lake (docs/capture.md, Tables without a "
+        "primary key); PostgreSQL also needs REPLICA IDENTITY FULL or USING INDEX on it",
+    )
+    keyless: Literal["skip", "full_row"] = Field(
+        "skip",
+        description="a table without a primary key and not in capture.keys: skip (reported in "
+        "status) or full_row (every column is the key; identical rows collapse into one)",
+    )
 
     def resolved_password(self) -> str | None:
         return _secret(self.password, self.password_file)
