@@ -439,6 +439,25 @@ class CaptureConfig(_Model):
     )
     outbox: bool = Field(False, description="PostgreSQL: capture through a transactional outbox")
     position_file: Path | None = Field(None, description="default: <home>/capture/position.json")
+    position_mode: Literal["auto", "gtid", "file"] = Field(
+        "auto",
+        description="MySQL/MariaDB: save the GTID position besides binlog file/offset (gtid), "
+        "file/offset only (file), or GTID when the server writes GTIDs (auto: MariaDB always, "
+        "MySQL with gtid_mode=ON); a GTID position lets the capture resume on another server "
+        "(docs/capture.md, Positions and failover)",
+    )
+    failover_sources: list[str] = Field(
+        [],
+        description="MySQL/MariaDB: other servers of the source's replication topology "
+        "('mysql://host:port/'; user and password default to capture.source's), tried in order "
+        "when the server in use is unreachable; the capture resumes there by GTID",
+    )
+    failover_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="MySQL/MariaDB: how long a lost source and capture.failover_sources are "
+        "retried before the capture stops with an error",
+    )
     lag_interval_s: float = Field(
         5.0,
         gt=0,
@@ -455,6 +474,12 @@ class CaptureConfig(_Model):
         "skip",
         description="a table without a primary key and not in capture.keys: skip (reported in "
         "status) or full_row (every column is the key; identical rows collapse into one)",
+    )
+    ddl_log: bool = Field(
+        False,
+        description="PostgreSQL: install event triggers (superuser, once) that log CREATE, DROP "
+        "and RENAME of tables into tidelake.ddl_log, streamed with the rows, so dropped and "
+        "renamed tables reach the lake (docs/capture.md, PostgreSQL DDL)",
     )
 
     def resolved_password(self) -> str | None:

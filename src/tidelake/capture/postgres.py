@@ -26,6 +26,7 @@ same. ``bytea`` stays in PostgreSQL's ``\\x`` hex form, which the lake decodes b
 
 from __future__ import annotations
 
+import dataclasses
 import select as selectlib
 import threading
 import time
@@ -39,9 +40,10 @@ import psycopg2.extras
 import structlog
 from psycopg2 import sql
 
-from tidelake.capture import pgoutput
+from tidelake.capture import pg_ddl, pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
+from tidelake.capture.keys import KeyChoice, TableShape, resolve_key
 from tidelake.capture.pgoutput import RelationInfo
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
@@ -62,6 +64,10 @@ CATCH_UP_PREFIX = "tidelake.catch-up"
 POLL_S = 0.2
 OUTBOX_SCHEMA = "tidelake"
 OUTBOX_TABLE = "outbox"
+#: The comment on a publication the capture created and keeps in sync with the captured tables.
+MANAGED_COMMENT = "tidelake capture: holds exactly the captured tables (kept in sync)"
+#: Seconds between two publication syncs while streaming (tables created, dropped, keyed).
+PUBLICATION_SYNC_S = 2.0
 
 
 def quote_ident(name: str) -> str:
@@ -108,9 +114,8 @@ def relation_ddl(
     table = f"{_simple(new.namespace)}.{_simple(new.name)}"
     if (old.namespace, old.name) != (new.namespace, new.name):
         out.append(
-            ("RENAME", f"ALTER TABLE {_simple(old.namespace)}.{_simple(old.name)} "
-                       f"RENAME TO {_simple(new.name)}")
-        )  # fmt: skip
+            ("RENAME", pg_ddl.rename_statement(old.namespace, old.name, new.namespace, new.name))
+        )
     old_cols = {c[0]: c for c in old.columns}
     new_cols = {c[0]: c for c in new.columns}
     renamed: dict[str, str] = {}
@@ -159,8 +164,15 @@ class PostgresSource:
         self._relations_saved: dict[str, Any] = {}
         self._confirmed = 0
         self._lock = threading.Lock()
+        self._skipped: dict[str, str] = {}
+        self._skip_logged: set[str] = set()
+        self._last_sync = 0.0
         self.rows = 0
         self.ddl = 0
+        # Table DDL from the event triggers' log (capture/pg_ddl.py); not with the outbox,
+        # whose publication holds the outbox table only.
+        self._ddl_log = pg_ddl.DdlLog() if cfg.ddl_log and not cfg.outbox else None
+        self._ddl_log_relid: int | None = None
 
     # -- connections ------------------------------------------------------------------------
 
@@ -289,49 +301,218 @@ class PostgresSource:
             str(name),
             [(str(c[0]), int(c[1]), int(c[2])) for c in cols],
             {str(c[0]): str(c[3]) for c in cols},
-            self.primary_key(relid),
+            self.primary_key(relid)
+            if self.cfg.outbox
+            else self.key_of(relid, f"{namespace}.{name}"),
         )
 
     def publication_tables(self, cur: Any) -> list[int]:
         cur.execute(
             "SELECT c.oid FROM pg_publication_tables p JOIN pg_namespace n ON n.nspname = "
             "p.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
-            "WHERE p.pubname = %s ORDER BY p.schemaname, p.tablename",
-            (self.cfg.publication,),
+            "WHERE p.pubname = %s AND (p.schemaname, p.tablename) <> (%s, %s) "
+            "ORDER BY p.schemaname, p.tablename",
+            (self.cfg.publication, pg_ddl.SCHEMA, pg_ddl.LOG_TABLE),  # the DDL log is no table
         )
         return [int(r[0]) for r in cur.fetchall()]
 
-    def ensure_publication(self) -> None:
-        """Create the publication when missing (an existing one is used as it is)."""
-        if self._query("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.cfg.publication,)):
+    def table_shapes(self) -> dict[int, TableShape]:
+        """relid → shape of every table ``capture.tables`` takes (what :func:`resolve_key`
+        needs: columns, NOT NULL columns, primary key, replica identity and its columns)."""
+        rows = self._query(
+            "SELECT c.oid, n.nspname, c.relname, c.relreplident, "
+            "array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "  AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum), "
+            "array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "  AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull), "
+            "array(SELECT a.attname::text FROM pg_index i, unnest(i.indkey) WITH ORDINALITY "
+            "  AS k(attnum, n), pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary "
+            "  AND a.attrelid = c.oid AND a.attnum = k.attnum ORDER BY k.n), "
+            "array(SELECT a.attname::text FROM pg_index i, unnest(i.indkey) WITH ORDINALITY "
+            "  AS k(attnum, n), pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident "
+            "  AND a.attrelid = c.oid AND a.attnum = k.attnum ORDER BY k.n) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND n.nspname NOT LIKE 'pg\\_%'"
+        )
+        shapes: dict[int, TableShape] = {}
+        for relid, nsp, name, ident, cols, not_null, pk, index_cols in rows:
+            if not self.filter(str(nsp), str(name)):
+                continue
+            # The columns the old tuple of an UPDATE/DELETE carries (ALTER TABLE docs,
+            # REPLICA IDENTITY): DEFAULT = the primary key, USING INDEX = that index's.
+            identity = {"d": tuple(pk), "i": tuple(index_cols), "f": tuple(cols)}.get(ident, ())
+            shapes[int(relid)] = TableShape(
+                f"{nsp}.{name}", tuple(cols), tuple(pk), frozenset(not_null), str(ident),
+                identity, f"{quote_ident(str(nsp))}.{quote_ident(str(name))}",
+            )  # fmt: skip
+        return shapes
+
+    def key_of(self, relid: int, table_id: str) -> tuple[str, ...]:
+        """The key ``relid`` is captured with; () and recorded as skipped when it is not."""
+        shape = self.table_shapes_one(relid)
+        if shape is None:
+            return ()
+        choice = resolve_key(self.cfg, shape)
+        self._note_skip(table_id, choice.skipped)
+        return choice.key
+
+    def table_shapes_one(self, relid: int) -> TableShape | None:
+        return self.table_shapes().get(relid)
+
+    def _note_skip(self, table_id: str, reason: str | None) -> None:
+        if reason is None:
+            self._skipped.pop(table_id, None)
             return
-        name = sql.Identifier(self.cfg.publication)
+        if table_id not in self._skip_logged:
+            self._skip_logged.add(table_id)
+            log.warning("table not captured", table=table_id, reason=reason)
+        self._skipped[table_id] = reason
+
+    def skipped_tables(self) -> dict[str, str]:
+        """``db.table`` → why the capture does not take it (heartbeat ``"skipped"``)."""
+        return dict(self._skipped)
+
+    def ensure_publication(self) -> None:
+        """Make the publication hold exactly the captured tables (docs/capture.md, "What the
+        capture changes on the source").
+
+        PostgreSQL refuses UPDATE and DELETE on a table without a replica identity as soon
+        as a publication that publishes them includes it (``CheckCmdReplicaIdentity`` in
+        PostgreSQL's src/backend/executor/execReplication.c; docs "Logical Replication:
+        Publication"), and ``FOR ALL TABLES`` / ``FOR TABLES IN SCHEMA`` include every table,
+        also those created later. So the capture's own publication is an explicit ``FOR TABLE``
+        list of the tables whose key resolves (:mod:`tidelake.capture.keys`), re-synced by
+        :meth:`sync_publication` while streaming. A publication the capture did not create
+        (no :data:`MANAGED_COMMENT`) is the user's: used as it is, never altered.
+        """
         if self.cfg.outbox:
-            target = sql.SQL("FOR TABLE {}.{}").format(
-                sql.Identifier(OUTBOX_SCHEMA), sql.Identifier(OUTBOX_TABLE)
-            )
-        elif not self.filter.patterns:
-            target = sql.SQL("FOR ALL TABLES")
-        else:
-            schemas = [p[:-2] for p in self.filter.patterns if p.endswith(".*")]
-            tables = [
-                (str(n), str(t))
-                for n, t in self._query(
-                    "SELECT schemaname, tablename FROM pg_tables "
-                    "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+            if not self._query(
+                "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.cfg.publication,)
+            ):
+                self._query(
+                    sql.SQL("CREATE PUBLICATION {} FOR TABLE {}.{}").format(
+                        sql.Identifier(self.cfg.publication),
+                        sql.Identifier(OUTBOX_SCHEMA),
+                        sql.Identifier(OUTBOX_TABLE),
+                    )
                 )
-                if self.filter(str(n), str(t)) and str(n) not in schemas
-            ]
-            parts = [sql.SQL("TABLES IN SCHEMA {}").format(sql.Identifier(s)) for s in schemas]
-            parts += [
-                sql.SQL("TABLE {}.{}").format(sql.Identifier(n), sql.Identifier(t))
-                for n, t in tables
-            ]
-            if not parts:
-                raise CaptureError(f"capture.tables {self.filter.patterns} match no table")
-            target = sql.SQL("FOR ") + sql.SQL(", ").join(parts)
-        self._query(sql.SQL("CREATE PUBLICATION {} ").format(name) + target)
-        log.info("publication created", publication=self.cfg.publication)
+                log.info("publication created", publication=self.cfg.publication)
+            return
+        self.sync_publication(starting=True)
+
+    def _publication_owner(self) -> tuple[bool, bool] | None:
+        """(exists managed by the capture, publishes every table) or None when missing."""
+        rows = self._query(
+            "SELECT obj_description(p.oid, 'pg_publication'), p.puballtables "
+            "OR EXISTS (SELECT 1 FROM pg_publication_namespace s WHERE s.pnpubid = p.oid) "
+            "FROM pg_publication p WHERE p.pubname = %s",
+            (self.cfg.publication,),
+        )
+        if not rows:
+            return None
+        return rows[0][0] == MANAGED_COMMENT, bool(rows[0][1])
+
+    def sync_publication(self, *, starting: bool = False) -> None:
+        """Bring the publication's table list in line with the captured tables (see
+        :meth:`ensure_publication`); record every table left out, with its reason."""
+        shapes = self.table_shapes()
+        choices = {relid: resolve_key(self.cfg, shape) for relid, shape in shapes.items()}
+        wanted = {relid for relid, c in choices.items() if c.skipped is None}
+        name = sql.Identifier(self.cfg.publication)
+        state = self._publication_owner()
+        if state is None:
+            self._query(sql.SQL("CREATE PUBLICATION {}").format(name))
+            self._query(sql.SQL("COMMENT ON PUBLICATION {} IS %s").format(name), (MANAGED_COMMENT,))
+            log.info("publication created", publication=self.cfg.publication)
+            state = (True, False)
+        published = {
+            int(r[0])
+            for r in self._query(
+                "SELECT (quote_ident(schemaname) || '.' || quote_ident(tablename))::regclass::oid "
+                "FROM pg_publication_tables WHERE pubname = %s",
+                (self.cfg.publication,),
+            )
+        }
+        managed, every_table = state
+        if managed:
+            # The DDL log (capture/pg_ddl.py) stays: its rows are the tables' DDL.
+            for relid in sorted(published - wanted - {self._ddl_log_relid}):
+                table = str(self._query("SELECT %s::regclass::text", (relid,))[0][0])
+                self._alter_publication("DROP", relid, table)
+            for relid in sorted(wanted - published):
+                shape = shapes[relid]
+                if self._alter_publication("ADD", relid, shape.sql_name or shape.table_id):
+                    if not starting:
+                        self._on_table_added(shape.table_id)
+                else:
+                    wanted.discard(relid)
+        else:
+            pub = self.cfg.publication
+            for relid, shape in shapes.items():
+                if relid in published and relid not in wanted and every_table:
+                    # PostgreSQL now refuses UPDATE/DELETE on it: not our doing, but say so.
+                    log.warning("the publication makes PostgreSQL refuse UPDATE and DELETE on a "
+                                "table without a replica identity", publication=pub,
+                                table=shape.table_id, fix=f"if an older tidelake created it: "
+                                f"DROP PUBLICATION {pub} (the capture creates one holding only "
+                                "the captured tables)")  # fmt: skip
+                if relid not in published and relid in wanted:
+                    wanted.discard(relid)
+                    choices[relid] = KeyChoice(
+                        (), "skipped",
+                        f"not in publication {pub}, which the capture did not create and "
+                        f"never changes: ALTER PUBLICATION {pub} ADD TABLE {shape.sql_name}",
+                    )  # fmt: skip
+        for relid, shape in shapes.items():
+            choice = choices[relid]
+            if choice.skipped is not None:
+                self._note_skip(shape.table_id, choice.skipped)
+            elif relid in wanted:
+                self._note_skip(shape.table_id, None)
+        # A table gone from the source is no longer skipped either.
+        gone = set(self._skipped) - {s.table_id for s in shapes.values()}
+        for table_id in gone:
+            self._skipped.pop(table_id, None)
+        self._last_sync = time.monotonic()
+
+    def _alter_publication(self, verb: str, relid: int, table: str) -> bool:
+        """``ALTER PUBLICATION ... ADD/DROP TABLE``; False (the table recorded as skipped)
+        when the server refuses it (adding a table needs owning it: ALTER PUBLICATION docs)."""
+        statement = sql.SQL("ALTER PUBLICATION {} " + verb + " TABLE {}").format(
+            sql.Identifier(self.cfg.publication), sql.SQL(table)
+        )
+        try:
+            self._query(statement)
+        except psycopg2.Error as exc:
+            if verb == "DROP":
+                raise CaptureError(
+                    f"cannot take {table} out of publication {self.cfg.publication}: "
+                    f"{str(exc).strip()}"
+                ) from exc
+            shape = self.table_shapes_one(relid)
+            self._note_skip(
+                shape.table_id if shape else table,
+                f"cannot add it to publication {self.cfg.publication}: {str(exc).strip()} "
+                f"(the capture's role must own the table, or a superuser runs ALTER "
+                f"PUBLICATION {self.cfg.publication} ADD TABLE {table})",
+            )
+            return False
+        log.info("publication changed", publication=self.cfg.publication, change=verb,
+                 table=table)  # fmt: skip
+        return True
+
+    def _on_table_added(self, table_id: str) -> None:
+        """A table joined the publication while streaming: its rows written before that
+        are not in the stream. A source that can snapshot one table (``queue_snapshot``)
+        is asked to; otherwise the log says what to do."""
+        queue = getattr(self, "queue_snapshot", None)
+        if callable(queue):
+            queue(table_id)
+            return
+        log.warning("table added to the capture while streaming: its earlier rows are read "
+                    "only by a snapshot", table=table_id)  # fmt: skip
 
     def _slot_lsn(self) -> int | None:
         rows = self._query(
@@ -348,13 +529,25 @@ class PostgresSource:
         lsn = int(state.get("lsn", 0))
         with self._lock:
             self._confirmed = max(self._confirmed, lsn)
+            if self._ddl_log is not None:
+                self._ddl_log.confirmed(lsn)
+
+    def lag(self, conn: Any, state: dict[str, Any] | None) -> dict[str, Any]:
+        """Slot lag and retained WAL of ``capture.slot``, on the lag probe's own connection
+        ``conn`` (capture/lag.py); the slot holds the confirmed position, not ``state``."""
+        from tidelake.capture.lag import pg_slot_lag
+
+        return pg_slot_lag(conn, self.cfg.slot)
 
     def run(self, state: dict[str, Any] | None, sink: Sink, stop: threading.Event) -> None:
         if self.cfg.outbox:
             from tidelake.capture.outbox import install_outbox
 
             install_outbox(self._control(), self.filter)
+        if state is not None:
+            self._skipped.update(state.get("skipped") or {})
         self.ensure_publication()
+        self._install_ddl_log()
         if state is not None:
             self._relations = {
                 int(k): RelationInfo.from_dict(int(k), v)
@@ -396,6 +589,39 @@ class PostgresSource:
             repl.close()
         sink.resume(self._state("streaming", point), flush_after_s=0)
         self._stream(point, sink, stop)
+
+    def _install_ddl_log(self) -> None:
+        """With ``capture.ddl_log``: the event triggers and their log table installed, and the
+        log in the publication (capture/pg_ddl.py)."""
+        if self._ddl_log is None:
+            if not self.cfg.outbox:
+                log.info(
+                    "capture.ddl_log is off: a dropped table stays in the lake, a renamed one "
+                    "is seen at its next change (docs/capture.md, PostgreSQL DDL)"
+                )
+            return
+        try:
+            pg_ddl.install(self._control())
+        except pg_ddl.DdlLogError as exc:
+            raise CaptureError(str(exc)) from exc
+        owner = self._publication_owner()
+        if owner is not None and not owner[0] and not owner[1]:
+            published = self._query(
+                "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                "AND tablename = %s",
+                (self.cfg.publication, pg_ddl.SCHEMA, pg_ddl.LOG_TABLE),
+            )
+            if not published:
+                raise CaptureError(
+                    f"capture.ddl_log: publication {self.cfg.publication} is not the capture's "
+                    f"and lacks the DDL log: ALTER PUBLICATION {self.cfg.publication} ADD TABLE "
+                    f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}"
+                )
+        else:
+            pg_ddl.publish(self._control(), self.cfg.publication)
+        self._ddl_log_relid = int(
+            self._query("SELECT %s::regclass::oid", (f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}",))[0][0]
+        )
 
     def _resume_snapshot(self, state: dict[str, Any], sink: Sink, stop: threading.Event) -> None:
         """An interrupted snapshot: catch up the slot to a new snapshot, then read the rest.
@@ -486,9 +712,7 @@ class PostgresSource:
                 try:
                     for rel in todo:
                         if not rel.pk:
-                            log.warning("table without a primary key is not captured",
-                                        table=rel.table_id)  # fmt: skip
-                            continue
+                            continue  # skipped, and recorded why (key_of)
                         if not self._snapshot_table(cur, rel, point, progress, sink, bar, stop):
                             return False
                 finally:
@@ -589,6 +813,12 @@ class PostgresSource:
         last_beat = time.monotonic()
         try:
             while not stop.is_set():
+                if (
+                    until is None
+                    and not self.cfg.outbox
+                    and time.monotonic() - self._last_sync > PUBLICATION_SYNC_S
+                ):
+                    self.sync_publication()
                 msg = cur.read_message()
                 if msg is None:
                     sink.flush()
@@ -606,6 +836,11 @@ class PostgresSource:
                         self._query("SELECT pg_logical_emit_message(true, %s, '')",
                                     (HEARTBEAT_PREFIX,))  # fmt: skip
                         last_beat = time.monotonic()
+                    if idle and self._ddl_log is not None:
+                        try:
+                            self._ddl_log.housekeeping(self._query)
+                        except psycopg2.Error as exc:
+                            log.warning("ddl log housekeeping failed", error=str(exc).strip())
                     selectlib.select([conn], [], [], POLL_S)
                     continue
                 message = pgoutput.decode(msg.payload)
@@ -643,6 +878,13 @@ class PostgresSource:
         if isinstance(message, pgoutput.Relation):
             self._relation(message, txn, sink)
             return
+        if (
+            isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete)
+            and message.relid == self._ddl_log_relid
+        ):
+            if isinstance(message, pgoutput.Insert):
+                self._ddl_logged(message, txn, sink)
+            return  # the log's housekeeping deletes are never published
         if isinstance(message, pgoutput.Truncate):
             for relid in message.relids:
                 rel = self._relations.get(relid)
@@ -680,7 +922,40 @@ class PostgresSource:
             self.rows += 1
 
     def _captured(self, rel: RelationInfo) -> bool:
-        return bool(rel.pk) and self.filter(rel.namespace, rel.name)
+        return (
+            bool(rel.pk)
+            and self.filter(rel.namespace, rel.name)
+            and not pg_ddl.is_log(rel.namespace, rel.name)
+        )
+
+    def _ddl_logged(self, message: pgoutput.Insert, txn: _Txn, sink: Sink) -> None:
+        """A ``tidelake.ddl_log`` insert: the DDL events it stands for, at its place in its
+        transaction (capture/pg_ddl.py)."""
+        if self._ddl_log is None or self._ddl_log_relid is None:
+            return
+        log_rel = self._relations[self._ddl_log_relid]
+        row = pg_ddl.LogRow.from_values([c[0] for c in log_rel.columns], message.new)
+        if row.action in ("create", "rename") and not row.pk:
+            # No primary key: the key capture.keys / capture.keyless give it, if any.
+            row = dataclasses.replace(row, pk=self.key_of(row.relid, f"{row.schema}.{row.table}"))
+        events = self._ddl_log.events(row, self._relations, self._captured, txn.final_lsn)
+        for event in events:
+            rel = event.relation
+            position = txn.next_position()
+            sink.put(
+                self.encoder.ddl(
+                    database=rel.namespace,
+                    table=rel.name,
+                    sql=event.sql,
+                    ddl_type=event.ddl_type,
+                    position=position,
+                    commit_ts_ms=txn.commit_ms,
+                    types=rel.types,
+                    pk=rel.pk,
+                )
+            )
+            self.ddl += 1
+            log.info("ddl from the ddl log", table=rel.table_id, ddl=event.sql, at=str(position))
 
     def _relation(self, message: pgoutput.Relation, txn: _Txn, sink: Sink) -> None:
         new = RelationInfo(
@@ -697,7 +972,12 @@ class PostgresSource:
         )  # fmt: skip
         if same and old is not None:
             return
-        new.pk = self.primary_key(message.relid) or tuple(c.name for c in message.columns if c.key)
+        if self.cfg.outbox:
+            new.pk = self.primary_key(message.relid) or tuple(
+                c.name for c in message.columns if c.key
+            )
+        else:
+            new.pk = self.key_of(message.relid, new.table_id)
         self._relations[message.relid] = new
         if old is None or not self._captured(new):
             return

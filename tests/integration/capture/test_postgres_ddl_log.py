@@ -1,0 +1,116 @@
+"""PostgreSQL table DDL through the event-trigger DDL log (``capture.ddl_log: true``) on a real
+server: DROP, RENAME, SET SCHEMA, CREATE + rows, TRUNCATE and a DROP followed by a CREATE of
+the same name with other columns reach the stream as DDL events, in commit order with the rows
+around them, once each; the log's own rows are never published."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from capturekit import CaptureRun, decoded, stream_messages
+
+from tidelake.bus.server import EmbeddedNats
+from tidelake.capture.pgoutput import parse_lsn
+from tidelake.capture.servers import PostgresServer
+from tidelake.events import Op
+
+pytestmark = pytest.mark.integration
+
+
+def _caught_up(server: PostgresServer, run: CaptureRun, timeout_s: float = 60) -> None:
+    """Until the saved LSN passes every WAL record inserted so far (see
+    test_postgres_capture._caught_up for why the insert position)."""
+    conn = server.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+        lsn = parse_lsn(cur.fetchone()[0])
+    conn.close()
+    run.wait_until(lambda s: s["phase"] == "streaming" and int(s["lsn"]) >= lsn, timeout_s)
+
+
+def _published(server: PostgresServer, publication: str, table: str, timeout_s: float = 20) -> None:
+    """Until the capture has put ``table`` into its publication (it keeps the publication to the
+    captured tables, docs/capture.md): rows written before that need a snapshot."""
+    schema, name = table.split(".")
+    conn = server.connect()
+    deadline = time.monotonic() + timeout_s
+    try:
+        with conn.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute(
+                    "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                    "AND tablename = %s",
+                    (publication, schema, name),
+                )
+                if cur.fetchone():
+                    return
+                time.sleep(0.2)
+    finally:
+        conn.close()
+    raise AssertionError(f"{table} never joined publication {publication}")
+
+
+def test_table_ddl_reaches_the_stream_in_order(
+    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """Each table DDL arrives once, as the DDL event the lake applies, between the rows that
+    precede and follow it at the source; TRUNCATE (which fires no event trigger) still comes
+    from pgoutput; a rename out of ``capture.tables`` is a DROP for the lake; nothing of
+    ``tidelake.ddl_log`` (inserts, or the housekeeping's deletes) is published."""
+    conn = postgres.connect()
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE SCHEMA dl; CREATE SCHEMA elsewhere; "
+            "CREATE TABLE dl.a (id int PRIMARY KEY, v text); "
+            "CREATE TABLE dl.gone (id int PRIMARY KEY, v text); "
+            "CREATE TABLE dl.t (id int PRIMARY KEY)"
+        )
+    run = CaptureRun(
+        tmp_path / "capture", nats.url, postgres.dsn, ["dl.*"],
+        capture={"slot": "tl_dl", "publication": "tl_dl", "heartbeat_s": 0.5, "ddl_log": True},
+    ).start()  # fmt: skip
+    run.wait_until(lambda s: s["phase"] == "streaming", 60)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO dl.a VALUES (1, 'one')")
+        cur.execute("BEGIN; ALTER TABLE dl.a RENAME TO a2; INSERT INTO dl.a2 VALUES (2, 'two'); "
+                    "COMMIT")  # fmt: skip
+        cur.execute("INSERT INTO dl.gone VALUES (1, 'x')")
+        cur.execute("DROP TABLE dl.gone")
+        cur.execute("CREATE TABLE dl.gone (k text PRIMARY KEY, n bigint, at timestamp(3))")
+    _published(postgres, "tl_dl", "dl.gone")
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO dl.gone VALUES ('k1', 7, '2024-05-05 12:00:00.125')")
+        cur.execute("INSERT INTO dl.t VALUES (1)")
+        cur.execute("TRUNCATE dl.t")
+        cur.execute("ALTER TABLE dl.a2 SET SCHEMA elsewhere")
+        cur.execute("INSERT INTO elsewhere.a2 VALUES (3, 'not captured')")
+        cur.execute("CREATE TABLE elsewhere.other (id int PRIMARY KEY)")
+    _caught_up(postgres, run)
+    events = decoded(stream_messages(nats.url))
+    seen = [
+        (e.op, e.table_id, e.ddl if e.op is Op.DDL else (e.key or {}))
+        for e in sorted(events, key=lambda e: e.position)
+    ]
+    assert [
+        (Op.INSERT, "dl.a", {"id": "1"}),
+        (Op.DDL, "dl.a2", "ALTER TABLE dl.a RENAME TO a2"),
+        (Op.INSERT, "dl.a2", {"id": "2"}),
+        (Op.INSERT, "dl.gone", {"id": "1"}),
+        (Op.DDL, "dl.gone", "DROP TABLE dl.gone"),
+        (Op.DDL, "dl.gone",
+         "CREATE TABLE dl.gone (k text, n bigint, at timestamp(3) without time zone, "
+         "PRIMARY KEY (k))"),
+        (Op.INSERT, "dl.gone", {"k": "k1"}),
+        (Op.INSERT, "dl.t", {"id": "1"}),
+        (Op.DDL, "dl.t", "TRUNCATE TABLE dl.t"),
+        (Op.DDL, "dl.a2", "DROP TABLE dl.a2"),
+    ] == seen  # fmt: skip
+    assert [e.position for e in events] == sorted(e.position for e in events)
+    assert not [e for e in events if e.database == "tidelake"]
+    run.process.stop()
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'tidelake_ddl_%%'")
+        assert 2 == cur.fetchone()[0]
+    conn.close()
