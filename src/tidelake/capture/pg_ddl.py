@@ -372,7 +372,7 @@ class DdlLog:
         self._pending: list[tuple[int, int]] = []
         self._deletable = 0
         self._deleted = 0
-        self._last_housekeeping = time.monotonic()
+        self._last_housekeeping = float("-inf")
 
     def events(
         self,
