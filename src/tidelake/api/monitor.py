@@ -11,7 +11,8 @@ message of its subject; or it keeps pace: its newest applied change is at most
 within that time — the steady state of a busy table, whose newest messages are always on
 their way), ``stale`` (messages for it are in the stream beyond its checkpoint and its
 freshness is past ``stale_after_s``), ``catching_up`` (behind, neither), ``unknown`` (the bus
-is unreachable). The pipeline is ``down`` when
+is unreachable), ``skipped`` (our capture does not take it, for the reason its heartbeat
+gives: capture/keys.py; it never makes the pipeline stale). The pipeline is ``down`` when
 the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
 when the bus is unreachable, dead letters wait or the ingest's state is unreadable,
 ``healthy`` otherwise.
@@ -247,11 +248,18 @@ def _process(
     }
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def table_states(snap: Snapshot) -> list[dict[str, Any]]:
     """One entry per table known to the lake, the staging root or the control file."""
     now = snap.now_ms
     last_by_table = (snap.bus or {}).get("last_by_table", {})
-    names = sorted(set(snap.lake.tables) | set(snap.stage.totals.events_by_table))
+    # Tables the capture does not take (capture/keys.py), listed as ``skipped`` with the
+    # reason, never stale: nothing will come for them, and that is the configuration.
+    skipped = _dict((snap.capture or {}).get("skipped"))
+    names = sorted(set(snap.lake.tables) | set(snap.stage.totals.events_by_table) | set(skipped))
     out = []
     for name in names:
         t = snap.lake.table(name)
@@ -264,6 +272,8 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
         paused = snap.lake.paused.get(name)
         if paused is not None:
             state = "paused"
+        elif name in skipped:
+            state = "skipped"
         elif snap.bus is None:
             state = "unknown"
         elif stream_last is None or t.checkpoint_seq >= stream_last:
@@ -300,6 +310,7 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
                 "skipped_stale": t.skipped_stale,
                 "last_commit_duration_ms": t.last_duration_ms,
                 "paused": paused,
+                "skipped_reason": skipped.get(name),
                 "control": request.to_dict() if request else None,
                 "recent_commits": [c.model_dump(mode="json") for c in list(t.recent)[-5:][::-1]],
             }

@@ -94,6 +94,8 @@ def resolve_key(cfg: CaptureConfig, shape: TableShape) -> KeyChoice:
             f'no primary key: set capture.keys["{shape.table_id}"] to its key columns, or '
             "capture.keyless: full_row (docs/capture.md, Tables without a primary key)"
         )
+    # Every problem at once: the user fixes them in one go, not one restart each.
+    problems = []
     if how != "primary":
         nullable = [c for c in key if c not in shape.not_null]
         if nullable:
@@ -103,14 +105,16 @@ def resolve_key(cfg: CaptureConfig, shape: TableShape) -> KeyChoice:
                 else f"ALTER TABLE {name} MODIFY {nullable[0]} <type> NOT NULL"
             )
             what = "capture.keys" if how == "configured" else "capture.keyless: full_row"
-            return _skip(
+            problems.append(
                 f"{what}: key column {', '.join(nullable)} can be NULL and the lake refuses a "
                 f"NULL key: {fix}"
             )
     if shape.identity is not None:
         problem = identity_problem(shape, key)
         if problem:
-            return _skip(problem)
+            problems.append(problem)
+    if problems:
+        return _skip("; ".join(problems))
     return KeyChoice(key, how)
 
 

@@ -160,6 +160,8 @@ async def capture_loop(
     waiting = _Durable()
     sent = 0
 
+    skipped_tables = getattr(source, "skipped_tables", None)
+
     def info() -> dict[str, Any]:
         saved = stats.state or {}
         return {
@@ -168,6 +170,9 @@ async def capture_loop(
             "published": pub.published,
             "duplicates": pub.duplicates,
             "emitted": sink.emitted,
+            # Tables the capture does not take, with the reason (capture/keys.py): status
+            # shows them as skipped, not stale.
+            "skipped": skipped_tables() if skipped_tables is not None else {},
             "position_saves": store.saves,
         }
 
@@ -198,6 +203,9 @@ async def capture_loop(
     async def save_durable() -> None:
         await pub.durable()
         latest = waiting.durable(pub.published)
+        if latest is not None and skipped_tables is not None:
+            # Saved with the position: a restart reports them before it meets them again.
+            latest = {**latest, "skipped": skipped_tables()}
         if latest is not None:
             store.save(latest)
             stats.state = latest

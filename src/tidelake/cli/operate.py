@@ -213,6 +213,7 @@ _STATE_STYLE = {
     "degraded": "yellow",
     "stale": "bold red",
     "paused": "bold magenta",
+    "skipped": "dim",
     "down": "bold red",
     "unknown": "dim",
 }
