@@ -39,7 +39,12 @@ TARGETS = (
     Target("stager", "stager >= 50,000 events/s on one core, or >= 0.5x nats bench"),
     Target("ingest_vs_hoodiestreamer", "ingest >= 1.5x HoodieStreamer records/s"),
     Target("commit_growth", "commit time at 10M rows <= 1.3x at 1M rows"),
+    Target("capture", "capture >= 20,000 changes/s per process, MariaDB and PostgreSQL"),
+    Target("capture_lag", "capture behind a 4,000 changes/s writer: max < 5 s"),
 )
+
+#: The sources of the capture part (``capture.py``), as its numbers name them.
+CAPTURE_SOURCES = ("mysql", "postgres")
 
 
 @dataclass
@@ -74,6 +79,8 @@ class BenchResult:
         # The same-version comparison decides; the bridged estimate only in its absence.
         hs_decides = vs_hs if vs_hs is not None else vs_hs_bridged
         growth = n.get("commit_growth")
+        rates = {k: n.get(f"capture_changes_per_s[{k}]") for k in CAPTURE_SOURCES}
+        lags = {k: n.get(f"capture_lag_max_s[{k}]") for k in CAPTURE_SOURCES}
         values: dict[str, tuple[Any, bool | None]] = {
             "freshness_p99": (p99, None if p99 is None else p99 <= 10),
             "stager": (
@@ -85,6 +92,8 @@ class BenchResult:
                 None if hs_decides is None else hs_decides >= 1.5,
             ),
             "commit_growth": (growth, None if growth is None else growth <= 1.3),
+            "capture": (rates, _all(rates, lambda r: r >= 20_000)),
+            "capture_lag": (lags, _all(lags, lambda s: s < 5)),
         }
         return {
             t.name: {"target": t.text, "value": values[t.name][0], "met": values[t.name][1]}
@@ -106,6 +115,12 @@ class BenchResult:
             "details": self.details,
         }
         return out
+
+
+def _all(values: dict[str, Any], ok: Any) -> bool | None:
+    """Whether every measured value is ``ok``; None when none was measured."""
+    measured = [v for v in values.values() if v is not None]
+    return all(ok(v) for v in measured) if measured else None
 
 
 def derive(numbers: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +201,21 @@ _ROWS = (
     ("PubAck p50 ms one at a time, sync always", "nats_puback_p50_ms_sync_always"),
     ("PubAck p99 ms one at a time, default", "nats_puback_p99_ms_default"),
     ("PubAck p99 ms one at a time, sync always", "nats_puback_p99_ms_sync_always"),
+    ("capture MariaDB: source's own change rate, changes/s", "source_changes_per_s[mysql]"),
+    ("capture MariaDB: changes/s (wall)", "capture_changes_per_s[mysql]"),
+    ("capture MariaDB: changes per CPU second", "capture_changes_per_cpu_s[mysql]"),
+    ("capture MariaDB: lag p99 s", "capture_lag_p99_s[mysql]"),
+    ("capture MariaDB: lag max s", "capture_lag_max_s[mysql]"),
+    ("capture MariaDB: fixed-rate writer changes/s", "capture_lag_writer_changes_per_s[mysql]"),
+    ("capture PostgreSQL: source's own change rate, changes/s", "source_changes_per_s[postgres]"),
+    ("capture PostgreSQL: changes/s (wall)", "capture_changes_per_s[postgres]"),
+    ("capture PostgreSQL: changes per CPU second", "capture_changes_per_cpu_s[postgres]"),
+    ("capture PostgreSQL: lag p99 s", "capture_lag_p99_s[postgres]"),
+    ("capture PostgreSQL: lag max s", "capture_lag_max_s[postgres]"),
+    (
+        "capture PostgreSQL: fixed-rate writer changes/s",
+        "capture_lag_writer_changes_per_s[postgres]",
+    ),
     ("stager peak RSS MiB", "stager_peak_rss_mib"),
     ("Spark driver (JVM) peak RSS MiB, ingest bench", "driver_peak_rss_mib"),
     ("ingest process + JVM peak RSS MiB, pipeline", "ingest_peak_rss_mib"),

@@ -28,7 +28,7 @@ from tidelake_bench.ingest import (
 from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync")
+PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture")
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -41,6 +41,10 @@ class Sizes:
     ingest: IngestPlan
     freshness_rate: float
     freshness_seconds: float
+    #: Changes written then captured per source, and the lag form's writer rate and length.
+    capture_changes: int = 200_000
+    capture_lag_rate: float = 4_000
+    capture_lag_seconds: float = 60
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
@@ -57,6 +61,8 @@ QUICK = Sizes(
     ingest=IngestPlan(table_rows=20_000, batch_events=2_000, batches=3, large_rows=200_000),
     freshness_rate=1_000,
     freshness_seconds=45,
+    capture_changes=30_000,
+    capture_lag_seconds=20,
 )
 
 
@@ -110,6 +116,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "ingest": lambda: _ingest(home, sizes, opts.variants, n, result, log),
         "freshness": lambda: _freshness(home, sizes, n, result, log, console),
         "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
+        "capture": lambda: _capture(home, sizes, n, result, log),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -171,6 +178,44 @@ def _nats_sync(
         f"{_num(n['nats_publish_events_per_s_sync_always'])} with sync always; PubAck p99 "
         f"{n['nats_puback_p99_ms_default']} ms / {n['nats_puback_p99_ms_sync_always']} ms"
     )
+
+
+def _capture(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """tidelake's capture from MariaDB and PostgreSQL: changes/s and per CPU second beside
+    the source's own change rate, and the lag behind a writer at a fixed rate."""
+    from tidelake_bench.capture import run_capture_bench
+
+    capture = run_capture_bench(
+        home / "capture",
+        sizes.capture_changes,
+        log,
+        lag_rate=sizes.capture_lag_rate,
+        lag_seconds=sizes.capture_lag_seconds,
+    )
+    result.details["capture"] = capture.to_json()
+    n["capture_lag_rate"] = sizes.capture_lag_rate
+    for run in capture.runs:
+        k = run.source
+        n |= {
+            f"capture_changes[{k}]": run.changes,
+            f"source_changes_per_s[{k}]": run.source_changes_per_s,
+            f"capture_changes_per_s[{k}]": run.capture_changes_per_s,
+            f"capture_changes_per_cpu_s[{k}]": run.capture_changes_per_cpu_s,
+            f"capture_peak_rss_mib[{k}]": run.capture_peak_rss_mib,
+        }
+        if run.error:
+            result.errors.append(f"capture {k}: {run.error}")
+        if run.lag is not None:
+            n |= {
+                f"capture_lag_writer_changes_per_s[{k}]": run.lag.writer_changes_per_s,
+                f"capture_lag_p50_s[{k}]": run.lag.lag_p50_s,
+                f"capture_lag_p99_s[{k}]": run.lag.lag_p99_s,
+                f"capture_lag_max_s[{k}]": run.lag.lag_max_s,
+            }
+            if run.lag.error:
+                result.errors.append(f"capture lag {k}: {run.lag.error}")
 
 
 def _ingest(
