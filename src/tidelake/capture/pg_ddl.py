@@ -63,10 +63,11 @@ log = structlog.get_logger(__name__)
 SCHEMA = "tidelake"
 LOG_TABLE = "ddl_log"
 NAMES_TABLE = "ddl_names"
+PUBLICATIONS_TABLE = "ddl_publications"
 END_TRIGGER = "tidelake_ddl_end"
 DROP_TRIGGER = "tidelake_ddl_drop"
 #: Bumped whenever the installed SQL changes: an older installation is replaced at start.
-VERSION = "tidelake ddl log 1"
+VERSION = "tidelake ddl log 2"
 #: Seconds between two deletes of confirmed log rows.
 HOUSEKEEPING_S = 60.0
 
@@ -99,6 +100,37 @@ WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
   AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '{SCHEMA}')
 ON CONFLICT (relid) DO UPDATE SET schema_name = excluded.schema_name,
                                   table_name = excluded.table_name;
+
+CREATE TABLE IF NOT EXISTS {SCHEMA}.{PUBLICATIONS_TABLE} (
+    pubname text PRIMARY KEY,
+    regexes text[] NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE OR REPLACE FUNCTION {SCHEMA}.ddl_publish(rel oid, nsp text, relname text, pk jsonb)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pub record;
+BEGIN
+    -- A keyed table entering a capture's tables joins its publication in this transaction:
+    -- its rows from here on are in the stream, with no gap for a snapshot to fill.
+    IF pk IS NULL OR pk = '[]'::jsonb THEN
+        RETURN;
+    END IF;
+    FOR pub IN SELECT d.pubname FROM {SCHEMA}.{PUBLICATIONS_TABLE} d
+                 JOIN pg_publication p ON p.pubname = d.pubname
+                WHERE NOT p.puballtables
+                  AND EXISTS (SELECT 1 FROM unnest(d.regexes) r WHERE nsp || '.' || relname ~ r)
+                  AND NOT EXISTS (SELECT 1 FROM pg_publication_rel pr
+                                   WHERE pr.prpubid = p.oid AND pr.prrelid = rel) LOOP
+        BEGIN
+            EXECUTE format('ALTER PUBLICATION %I ADD TABLE %I.%I', pub.pubname, nsp, relname);
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'tidelake ddl log: publication %: % (%)', pub.pubname, SQLERRM,
+                SQLSTATE;
+        END;
+    END LOOP;
+END $$;
 
 CREATE OR REPLACE FUNCTION {SCHEMA}.ddl_table_shape(rel oid, OUT columns jsonb, OUT pk jsonb)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -135,6 +167,7 @@ BEGIN
                 table_name, columns, primary_key, statement)
             VALUES ('create', cmd.command_tag, cmd.objid, nsp, rel, shape.columns, shape.pk,
                     current_query());
+            PERFORM {SCHEMA}.ddl_publish(cmd.objid, nsp, rel, shape.pk);
         ELSIF known.relid IS NOT NULL
               AND (known.schema_name, known.table_name) IS DISTINCT FROM (nsp, rel) THEN
             shape := {SCHEMA}.ddl_table_shape(cmd.objid);
@@ -142,6 +175,7 @@ BEGIN
                 table_name, old_schema, old_table, columns, primary_key, statement)
             VALUES ('rename', cmd.command_tag, cmd.objid, nsp, rel, known.schema_name,
                     known.table_name, shape.columns, shape.pk, current_query());
+            PERFORM {SCHEMA}.ddl_publish(cmd.objid, nsp, rel, shape.pk);
         END IF;
         INSERT INTO {SCHEMA}.{NAMES_TABLE} VALUES (cmd.objid, nsp, rel)
         ON CONFLICT (relid) DO UPDATE SET schema_name = excluded.schema_name,
@@ -185,8 +219,8 @@ CREATE EVENT TRIGGER {DROP_TRIGGER} ON sql_drop
 UNINSTALL_SQL = f"""DROP EVENT TRIGGER IF EXISTS {END_TRIGGER};
 DROP EVENT TRIGGER IF EXISTS {DROP_TRIGGER};
 DROP FUNCTION IF EXISTS {SCHEMA}.ddl_log_end(), {SCHEMA}.ddl_log_drop(),
-    {SCHEMA}.ddl_table_shape(oid);
-DROP TABLE IF EXISTS {SCHEMA}.{LOG_TABLE}, {SCHEMA}.{NAMES_TABLE};"""
+    {SCHEMA}.ddl_table_shape(oid), {SCHEMA}.ddl_publish(oid, text, text, jsonb);
+DROP TABLE IF EXISTS {SCHEMA}.{LOG_TABLE}, {SCHEMA}.{NAMES_TABLE}, {SCHEMA}.{PUBLICATIONS_TABLE};"""
 
 
 class DdlLogError(Exception):
@@ -269,6 +303,49 @@ def publish(conn: Any, publication: str) -> None:
             )
         )
     log.info("ddl log added to the publication", publication=publication)
+
+
+def glob_regex(pattern: str) -> str:
+    """A ``capture.tables`` pattern (fnmatch: ``*``, ``?``, ``[seq]``, ``[!seq]``) as an
+    anchored PostgreSQL regular expression over ``schema.table``."""
+    out = ["^"]
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        i += 1
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i:end]
+            i = end + 1
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+        else:
+            out.append(ch if ch.isalnum() or ch == "_" else "\\" + ch)
+    out.append("$")
+    return "".join(out)
+
+
+def follow_publication(conn: Any, publication: str, patterns: Sequence[str] | None) -> None:
+    """Let the triggers add a keyed table created in (or renamed into) ``patterns`` to
+    ``publication`` in the DDL's own transaction; None: never (a publication the capture
+    does not manage is the user's). An empty list stands for every table."""
+    with conn.cursor() as cur:
+        if patterns is None:
+            cur.execute(
+                f"DELETE FROM {SCHEMA}.{PUBLICATIONS_TABLE} WHERE pubname = %s", (publication,)
+            )
+            return
+        regexes = [glob_regex(p) for p in patterns] or ["^.*$"]
+        cur.execute(
+            f"INSERT INTO {SCHEMA}.{PUBLICATIONS_TABLE} (pubname, regexes) VALUES (%s, %s) "
+            "ON CONFLICT (pubname) DO UPDATE SET regexes = excluded.regexes, updated_at = now()",
+            (publication, regexes),
+        )
 
 
 def is_log(namespace: str, name: str) -> bool:

@@ -605,7 +605,7 @@ class PostgresSource:
         except pg_ddl.DdlLogError as exc:
             raise CaptureError(str(exc)) from exc
         owner = self._publication_owner()
-        if owner is not None and not owner[0] and not owner[1]:
+        if owner is not None and not owner[0]:  # the user's publication: never altered
             published = self._query(
                 "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
                 "AND tablename = %s",
@@ -617,8 +617,12 @@ class PostgresSource:
                     f"and lacks the DDL log: ALTER PUBLICATION {self.cfg.publication} ADD TABLE "
                     f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}"
                 )
+            pg_ddl.follow_publication(self._control(), self.cfg.publication, None)
         else:
             pg_ddl.publish(self._control(), self.cfg.publication)
+            # A keyed table created in capture.tables joins the publication in its CREATE's
+            # own transaction (capture/pg_ddl.py), before the sync here would see it.
+            pg_ddl.follow_publication(self._control(), self.cfg.publication, self.filter.patterns)
         self._ddl_log_relid = int(
             self._query("SELECT %s::regclass::oid", (f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}",))[0][0]
         )

@@ -160,3 +160,22 @@ def test_housekeeping_deletes_only_confirmed_rows_at_most_once_a_minute() -> Non
     assert log.housekeeping(query, now=start + 2) is None  # too soon after the last one
     assert 3 == log.housekeeping(query, now=start + pg_ddl.HOUSEKEEPING_S + 2)
     assert log.housekeeping(query, now=start + 3 * pg_ddl.HOUSEKEEPING_S) is None  # all done
+
+
+def test_glob_regex_matches_what_the_table_filter_matches() -> None:
+    """The triggers match new tables against ``capture.tables`` with a regular expression made
+    from each fnmatch pattern: it takes the same names as the capture's own filter (the
+    constructs used are the same in Python and PostgreSQL regular expressions)."""
+    import re
+
+    patterns = ["shop.*", "crm.acc?unts", "x.[ab]_t", "y.[!ab]_t", "dots.a.b", "us$r.t+1"]
+    names = [
+        "shop.orders", "shopx.orders", "crm.accounts", "crm.acc_unts", "crm.accxunts!",
+        "x.a_t", "x.c_t", "y.a_t", "y.c_t", "dots.a.b", "dots.aXb", "us$r.t+1", "us$r.tt1",
+    ]  # fmt: skip
+    for pattern in patterns:
+        regex = re.compile(pg_ddl.glob_regex(pattern))
+        matches = TableFilter([pattern])
+        for name in names:
+            schema, table = name.split(".", 1)
+            assert matches(schema, table) == bool(regex.search(name)), (pattern, name)
