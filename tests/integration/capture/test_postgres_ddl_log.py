@@ -12,6 +12,7 @@ import pytest
 from capturekit import CaptureRun, decoded, stream_messages
 
 from tidelake.bus.server import EmbeddedNats
+from tidelake.capture import pg_ddl
 from tidelake.capture.pgoutput import parse_lsn
 from tidelake.capture.servers import PostgresServer
 from tidelake.events import Op
@@ -95,4 +96,13 @@ def test_table_ddl_reaches_the_stream_in_order(
     with conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'tidelake_ddl_%%'")
         assert 2 == cur.fetchone()[0]
+        # The removal docs/capture.md shows leaves nothing of the DDL log behind.
+        cur.execute(pg_ddl.UNINSTALL_SQL)
+        cur.execute(
+            "SELECT (SELECT count(*) FROM pg_event_trigger) + (SELECT count(*) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'tidelake') + "
+            "(SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'tidelake')"
+        )
+        assert 0 == cur.fetchone()[0]
     conn.close()

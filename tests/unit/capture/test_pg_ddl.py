@@ -179,3 +179,16 @@ def test_glob_regex_matches_what_the_table_filter_matches() -> None:
         for name in names:
             schema, table = name.split(".", 1)
             assert matches(schema, table) == bool(regex.search(name)), (pattern, name)
+
+
+def test_the_removal_documented_is_the_one_the_code_knows() -> None:
+    """docs/capture.md "PostgreSQL DDL" shows the statements that remove every object the
+    capture installs (kept equal to UNINSTALL_SQL, which names them all)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "capture.md").read_text()
+    assert pg_ddl.UNINSTALL_SQL in doc
+    for name in ("ddl_log_end()", "ddl_log_drop()", "ddl_table_shape(oid)", "ddl_publish(oid"):
+        assert f"tidelake.{name}" in pg_ddl.UNINSTALL_SQL
+    for table in (pg_ddl.LOG_TABLE, pg_ddl.NAMES_TABLE, pg_ddl.PUBLICATIONS_TABLE):
+        assert f"tidelake.{table}" in pg_ddl.UNINSTALL_SQL
