@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from tidelake.api.monitor import Snapshot, pipeline_state, table_states
 from tidelake.runtime.heartbeat import heartbeat_age_s, is_up
-from tidelake.runtime.live_metrics import reason_family
+from tidelake.runtime.live_metrics import capture_health_families, reason_family
 from tidelake.runtime.metrics_server import BuildInfoCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -47,6 +47,10 @@ class SnapshotCollector(Collector):
         yield from self._bus()
         yield from self._tables()
         yield from self._processes()
+        # The capture's lag, snapshot progress and skipped tables from its heartbeat: the last
+        # values it reported, also once it stopped (a stopped capture's slot still holds WAL;
+        # tidelake_process_heartbeat_age_seconds says how old they are).
+        yield from capture_health_families("tidelake_capture", self.snap.capture)
 
     def _stage(self) -> Iterator[Metric]:
         t = self.snap.stage.totals

@@ -235,21 +235,85 @@ def errors_of(snap: Snapshot) -> list[dict[str, Any]]:
 # --- rendering: the status JSON -------------------------------------------------------------
 
 
+def activity(record: dict[str, Any] | None, now_ms: int) -> str | None:
+    """What a process is busy with, for a person: the ingest's round under way
+    (``committing shop.orders for 42 s``, from the heartbeat's ``round`` that the ingest
+    rewrites while a round runs: lake/ingest.py), else None."""
+    if not record or record.get("state") != "applying":
+        return None
+    round_ = record.get("round")
+    if not isinstance(round_, dict) or not round_.get("started_ms"):
+        return None
+    committing = round_.get("committing")
+    if isinstance(committing, dict) and committing:
+        table, since = min(committing.items(), key=lambda kv: int(kv[1]))
+        more = f" (+{len(committing) - 1} more)" if len(committing) > 1 else ""
+        return f"committing {table} for {max(0, now_ms - int(since)) // 1000} s{more}"
+    return f"applying a round for {max(0, now_ms - int(round_['started_ms'])) // 1000} s"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def capture_status(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """tidelake's own capture as its heartbeat tells it (``capture/runner.py`` info): the
+    source, its phase, its lag (``capture/lag.py``: bytes, retained WAL, seconds, GTIDs
+    behind), snapshot progress per table and the tables it skips with the reason; None when
+    no capture of ours runs here."""
+    if record is None:
+        return None
+    lag = _dict(record.get("lag"))
+    tables = _dict(_dict(record.get("snapshot")).get("tables"))
+    skipped = _dict(record.get("skipped"))
+    return {
+        "source": record.get("source"),
+        "phase": record.get("phase"),
+        "lag": {
+            "bytes": lag.get("bytes"),
+            "retained_wal_bytes": lag.get("retained_wal_bytes"),
+            "seconds": lag.get("seconds"),
+            "gtid_behind": lag.get("gtid_behind"),
+            "wal_status": lag.get("wal_status"),
+            "safe_wal_size": lag.get("safe_wal_size"),
+            "at_ms": lag.get("at_ms"),
+            "error": lag.get("error"),
+        },
+        "snapshot": {"tables": tables},
+        "skipped": skipped,
+    }
+
+
+def capture_problems(capture: dict[str, Any] | None) -> list[str]:
+    """What the capture's health puts at risk: a slot whose WAL the server may remove (or
+    removed: ``wal_status`` ``unreserved``/``lost``, pg_replication_slots, PostgreSQL 13+)
+    and a snapshot that failed."""
+    if capture is None:
+        return []
+    out: list[str] = []
+    wal_status = capture["lag"].get("wal_status")
+    if wal_status == "lost":
+        out.append("the capture's replication slot lost WAL it needs (wal_status lost)")
+    elif wal_status == "unreserved":
+        out.append("the server will remove WAL the capture's slot needs (wal_status unreserved)")
+    for table, t in sorted(capture["snapshot"]["tables"].items()):
+        if isinstance(t, dict) and t.get("state") == "failed":
+            out.append(f"the snapshot of {table} failed")
+    return out
+
+
 def _process(
     record: dict[str, Any] | None, now_ms: int, last_activity_ms: int = 0
 ) -> dict[str, Any]:
     return {
         "up": is_up(record, now_ms, last_activity_ms=last_activity_ms),
         "state": (record or {}).get("state", "unknown"),
+        "activity": activity(record, now_ms),
         "heartbeat_age_s": heartbeat_age_s(record, now_ms),
         "pid": (record or {}).get("pid"),
         "host": (record or {}).get("host"),
         "record": record,
     }
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def table_states(snap: Snapshot) -> list[dict[str, Any]]:
@@ -332,6 +396,7 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
     for t in tables:
         if t["state"] in ("stale", "paused"):
             problems.append(f"{t['table']} is {t['state']}")
+    problems.extend(capture_problems(capture_status(snap.capture)))
     if snap.bus_error:
         problems.append(f"the bus is unreachable: {snap.bus_error}")
     if snap.lake_error:
@@ -371,6 +436,7 @@ def status_json(snap: Snapshot) -> dict[str, Any]:
             "ingest": _process(snap.ingest, snap.now_ms, _last_commit_ms(snap)),
             **({"capture": _process(snap.capture, snap.now_ms)} if snap.capture else {}),
         },
+        "capture": capture_status(snap.capture),
         "bus": {"up": snap.bus is not None, "error": snap.bus_error, **bus},
         "stage": {
             "batches": totals.batches,

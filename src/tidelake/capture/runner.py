@@ -29,6 +29,7 @@ import structlog
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_streams
 from tidelake.capture.canal import Item, Outgoing, Resume
+from tidelake.capture.lag import IDLE_WITHIN_S, LagProbe, lag_seconds
 from tidelake.capture.position import PositionStore
 from tidelake.capture.publisher import Publisher
 from tidelake.config import Config
@@ -85,6 +86,9 @@ class Sink:
         self._items: list[Item] = []
         self._last_flush = time.monotonic()
         self.emitted = 0
+        #: When a flush last found nothing to hand over: the source polled and had nothing
+        #: more to read (``capture/lag.py``: the capture is caught up).
+        self.idle_at = 0.0
 
     def put(self, item: Item) -> None:
         self._items.append(item)
@@ -103,6 +107,8 @@ class Sink:
         if self._items:
             items, self._items = self._items, []
             asyncio.run_coroutine_threadsafe(self._queue.put(items), self._loop).result()
+        else:
+            self.idle_at = time.monotonic()
         self._last_flush = time.monotonic()
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -159,8 +165,33 @@ async def capture_loop(
     pub = await Publisher.open(cfg.bus)
     waiting = _Durable()
     sent = 0
+    # Lag (capture/lag.py): probed on a connection of its own, never the reader's.
+    measure_lag = getattr(source, "lag", None)
+    open_conn = getattr(source, "connect", None)
+    probe = (
+        LagProbe(
+            open_conn,
+            lambda conn: measure_lag(conn, stats.state),
+            interval_s=cfg.capture.lag_interval_s,
+        )
+        if measure_lag is not None and open_conn is not None
+        else None
+    )
+
+    def lag() -> dict[str, Any]:
+        report = probe.latest() if probe is not None else {}
+        newest = next(iter(live.CAPTURER_LAST_COMMIT.collect())).samples[0].value
+        caught_up = (
+            time.monotonic() - sink.idle_at <= IDLE_WITHIN_S and pub.published >= sink.emitted
+        )
+        seconds = lag_seconds(time.time(), int(newest * 1000) or None, caught_up=caught_up)
+        return {**report, "seconds": seconds}
 
     skipped_tables = getattr(source, "skipped_tables", None)
+    # Incremental snapshots (capture/incremental.py): progress, and the saved states that
+    # let the source delete the snapshot requests they hold.
+    snapshot_status = getattr(source, "snapshot_status", None)
+    snapshot_saved = getattr(source, "snapshot_saved", None)
 
     def info() -> dict[str, Any]:
         saved = stats.state or {}
@@ -173,7 +204,9 @@ async def capture_loop(
             # Tables the capture does not take, with the reason (capture/keys.py): status
             # shows them as skipped, not stale.
             "skipped": skipped_tables() if skipped_tables is not None else {},
+            "snapshot": snapshot_status() if snapshot_status is not None else {"tables": {}},
             "position_saves": store.saves,
+            "lag": lag(),
         }
 
     # In the staging store beside the stager's (<staging>/_tidelake/capture.heartbeat.json):
@@ -182,6 +215,9 @@ async def capture_loop(
     staging = open_storage(cfg.stage_root, cfg.storage.s3)
     fallback = staging.overwrite if isinstance(staging, LocalStorage) else None
     heartbeat = Heartbeat(staging.put, "capture", info, fallback=fallback)
+    attach_staging = getattr(source, "attach_staging", None)
+    if attach_staging is not None:  # snapshot requests live there (capture/incremental.py)
+        attach_staging(staging)
     live.watch_capture(
         lambda: {
             "published": pub.published,
@@ -189,6 +225,7 @@ async def capture_loop(
             "position_saves": store.saves,
         }
     )
+    live.watch_capture_health(info)
 
     def reader() -> None:
         try:
@@ -210,6 +247,8 @@ async def capture_loop(
             store.save(latest)
             stats.state = latest
             source.confirm(latest)
+            if snapshot_saved is not None:
+                snapshot_saved(latest)
             if on_saved is not None:
                 on_saved(latest)
 
@@ -218,6 +257,8 @@ async def capture_loop(
         thread = threading.Thread(target=reader, name=f"capture-{source.kind}", daemon=True)
         thread.start()
         heartbeat.start()
+        if probe is not None:
+            probe.start()
         last_drain = time.monotonic()
         error: BaseException | None = None
         while True:
@@ -249,6 +290,8 @@ async def capture_loop(
         if error is not None:
             raise error
     finally:
+        if probe is not None:
+            probe.stop()
         heartbeat.stop()
         stats.published = pub.published
         stats.duplicates = pub.duplicates

@@ -233,13 +233,14 @@ def render_status(data: dict[str, Any], out: Console, *, wide: bool = False) -> 
         out.print(f"  [yellow]warning[/] {escape(warning)}", soft_wrap=whole_lines)
     print_table(
         out,
-        [Column("stage", ident=True), Column("up"), Column("state"),
+        [Column("stage", ident=True), Column("up"), Column("state"), Column("doing"),
          Column("heartbeat age", "right"), Column("pid", "right", ident=True), Column("host")],
         [
             [
                 escape(name),
                 "[green]up[/]" if p["up"] else "[red]down[/]",
                 escape(str(p["state"])),
+                escape(str(p.get("activity") or "-")),
                 _secs(p["heartbeat_age_s"]),
                 str(p["pid"] or "-"),
                 escape(str(p["host"] or "-")),
@@ -250,6 +251,8 @@ def render_status(data: dict[str, Any], out: Console, *, wide: bool = False) -> 
         wide=wide,
         label_first=False,
     )  # fmt: skip
+    if data.get("capture"):
+        render_capture(data["capture"], out, wide=wide)
     bus = data["bus"]
     if bus["up"]:
         c = bus.get("consumer") or {}
@@ -302,6 +305,57 @@ def render_status(data: dict[str, Any], out: Console, *, wide: bool = False) -> 
         out.print(
             f"[red]error[/] {escape(where)}: {escape(str(e['message']))}", soft_wrap=whole_lines
         )
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} TiB"  # unreachable: GiB is the last unit
+
+
+def render_capture(capture: dict[str, Any], out: Console, *, wide: bool = False) -> None:
+    """The capture's lag (``capture/lag.py``), snapshot progress and skipped tables."""
+    lag = capture["lag"]
+    parts = [f"capture ({capture.get('source') or '?'}, {capture.get('phase') or '?'}):"]
+    if lag.get("error"):
+        parts.append(f"[red]lag unknown[/] {escape(str(lag['error']))}")
+    else:
+        parts.append(f"behind {_secs(lag.get('seconds'))}")
+        what = "slot lag" if capture.get("source") == "postgres" else "binlog lag"
+        parts.append(f"{what} {_bytes(lag.get('bytes'))}")
+        if lag.get("retained_wal_bytes") is not None:
+            status = f" ({lag['wal_status']})" if lag.get("wal_status") else ""
+            parts.append(f"retained WAL {_bytes(lag['retained_wal_bytes'])}{status}")
+        if lag.get("gtid_behind") is not None:
+            parts.append(f"{lag['gtid_behind']:,} GTIDs behind")
+    out.print(" · ".join(parts), soft_wrap=is_plain(out))
+    tables = capture["snapshot"]["tables"]
+    if tables:
+        rows = []
+        for table, t in sorted(tables.items()):
+            done, total = t.get("rows_done") or 0, t.get("rows_total")
+            pct = f"{100 * done / total:.0f} %" if total else "-"
+            rows.append(
+                [escape(table), escape(str(t.get("state", "?"))), f"{done:,}",
+                 "-" if total is None else f"{total:,}", pct, f"{t.get('chunks_done') or 0:,}",
+                 _when(t.get("updated_ms"))]
+            )  # fmt: skip
+        print_table(
+            out,
+            [Column("table", ident=True), Column("state"), Column("rows", "right"),
+             Column("of", "right"), Column("done", "right"), Column("chunks", "right"),
+             Column("last progress (UTC)")],
+            rows,
+            title="snapshots",
+            wide=wide,
+            label_first=False,
+        )  # fmt: skip
+    for table, reason in sorted(capture["skipped"].items()):
+        out.print(f"  skipped {escape(table)}: {escape(str(reason))}", soft_wrap=is_plain(out))
 
 
 # --- dead letters ----------------------------------------------------------------------------

@@ -70,6 +70,7 @@ from tidelake.lake.failures import (
 from tidelake.lake.jvm_errors import shorten
 from tidelake.lake.ledger import CommitRecord, Ledger, SkippedRecord
 from tidelake.lake.retention import StagedRetention
+from tidelake.lake.round_beat import RoundBeat
 from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
 from tidelake.lake.store import TableStore
@@ -154,6 +155,7 @@ class Ingestor:
         except TidelakeError as exc:  # storage down at start: the saved hint will do
             log.warning("retired bound not read", error=str(exc))
         self._pause_lock = threading.Lock()
+        self.round_beat = RoundBeat(lambda info: self.heartbeat("applying", turn=False, round=info))
         self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
         # again, and ``status`` must not go on showing it once the table ingests.
@@ -217,10 +219,11 @@ class Ingestor:
         if stop is not None and stop.is_set():
             return None
         try:
-            if table_id.endswith("."):  # DDL naming a database only
-                table_result = self.tables.apply_database_ddl(table_id, events)
-            else:
-                table_result = self.tables.apply(table_id, events, seq_last)
+            with self.round_beat.committing(table_id):  # status: "committing <table> for N s"
+                if table_id.endswith("."):  # DDL naming a database only
+                    table_result = self.tables.apply_database_ddl(table_id, events)
+                else:
+                    table_result = self.tables.apply(table_id, events, seq_last)
         except Exception as exc:
             live.INGESTER_TABLE_FAILURES.inc()
             return self._failed(table_id, exc)
@@ -298,10 +301,11 @@ class Ingestor:
                 )
             )
 
-    def heartbeat(self, state: str, **fields: Any) -> None:
+    def heartbeat(self, state: str, *, turn: bool = True, **fields: Any) -> None:
         """Tell ``serve``/``status``/the demo what the ingest is doing: a table held back for
         a retry shows its cause (``retrying``, and ``last_error``, which ``status`` lists)."""
-        beat()  # every state change is the loop at work (/healthz)
+        if turn:  # not the round's heartbeat thread (lake/round_beat.py)
+            beat()  # every state change is the loop at work (/healthz)
         live.INGESTER_TABLES_PAUSED.set(len(self.paused))
         live.INGESTER_TABLES_RETRYING.set(len(self.retrying))
         if self.retrying:
@@ -382,7 +386,6 @@ class Ingestor:
             return result
         result.manifests = len(staged.manifests)
         result.seq_last = staged.seq_last
-        self.heartbeat("applying")
         held = self.held_back()
         todo = [(t, events) for t, events in staged.events.items() if t not in held]
         # Tables are independent Hudi tables: commit them concurrently (one Spark job each),
@@ -393,9 +396,10 @@ class Ingestor:
         with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
         ddl_seqs = [e.seq for events in staged.events.values() for e in events if e.op is Op.DDL]
         plain_last = rows_seq_last(staged.seq_last, ddl_seqs)
-        self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
-        if with_ddl:
-            self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
+        with self.round_beat.running(lambda info: self.heartbeat("applying", round=info)):
+            self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
+            if with_ddl:
+                self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
         if result.interrupted:
             return result  # the cursor stays: checkpoints skip what was committed
         self._advance_cursor(staged.next_cursor(self.cursor))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -257,5 +257,166 @@ def watch_capture(counts: CaptureCounts) -> None:
     CAPTURE.counts = counts
 
 
+# -- the capture's health: lag, snapshot progress, skipped tables ----------------------------
+
+#: ``() -> the capture heartbeat's info`` (``capture/runner.py``: ``"lag"``, ``"snapshot"``,
+#: ``"skipped"`` keys, docs/metrics.md).
+CaptureInfo = Callable[[], Mapping[str, Any]]
+#: The states of a table's snapshot (``"snapshot"`` key of the capture heartbeat).
+SNAPSHOT_STATES = ("queued", "running", "done", "failed")
+#: ``wal_status`` values of pg_replication_slots (PostgreSQL 13+,
+#: https://www.postgresql.org/docs/15/view-pg-replication-slots.html).
+WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def capture_health_families(prefix: str, info: Mapping[str, Any] | None) -> Iterator[Metric]:
+    """The capture's lag, snapshot progress and skipped tables as metric families named
+    ``<prefix>_<name>``, from a capture heartbeat's info: the capture's own endpoint
+    (``tidelake_capturer``) and ``serve`` (``tidelake_capture``, from the heartbeat file)
+    show the same numbers. Every family is yielded, empty when the value is unknown (a
+    MySQL capture has no slot; no snapshot ran), so the set of names never changes."""
+    info = info or {}
+    lag = _mapping(info.get("lag"))
+    postgres = info.get("source") == "postgres"
+
+    def gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(f"{prefix}_{name}", doc)
+        if value is not None:
+            family.add_metric([], value)
+        return family
+
+    source_bytes = _number(lag.get("bytes"))
+    yield gauge(
+        "slot_lag_bytes",
+        "PostgreSQL: WAL from the slot's confirmed_flush_lsn to pg_current_wal_lsn()",
+        source_bytes if postgres else None,
+    )
+    yield gauge(
+        "retained_wal_bytes",
+        "PostgreSQL: WAL the slot keeps on the server (restart_lsn to pg_current_wal_lsn())",
+        _number(lag.get("retained_wal_bytes")),
+    )
+    yield gauge(
+        "safe_wal_size_bytes",
+        "PostgreSQL: WAL that may still be written before the slot is lost "
+        "(max_slot_wal_keep_size set)",
+        _number(lag.get("safe_wal_size")),
+    )
+    status = GaugeMetricFamily(
+        f"{prefix}_slot_wal_status",
+        "PostgreSQL: 1 for the slot's wal_status (reserved, extended, unreserved, lost)",
+        labels=["status"],
+    )
+    if isinstance(lag.get("wal_status"), str):
+        for s in WAL_STATUSES:
+            status.add_metric([s], int(lag["wal_status"] == s))
+    yield status
+    yield gauge(
+        "binlog_lag_bytes",
+        "MySQL/MariaDB: binlog bytes from the acknowledged position to the server's end",
+        source_bytes if not postgres and info.get("source") is not None else None,
+    )
+    yield gauge(
+        "gtid_transactions_behind",
+        "MySQL/MariaDB: transactions the server logged beyond the acknowledged GTID position",
+        _number(lag.get("gtid_behind")),
+    )
+    yield gauge(
+        "behind_seconds",
+        "0 when caught up, else now minus the source commit time of the newest change published",
+        _number(lag.get("seconds")),
+    )
+    yield gauge(
+        "lag_probe_ok",
+        "1 when the last lag probe of the source answered, 0 when it failed",
+        None if not lag or "at_ms" not in lag else float(not lag.get("error")),
+    )
+    tables = _mapping(_mapping(info.get("snapshot")).get("tables"))
+    done = GaugeMetricFamily(
+        f"{prefix}_snapshot_rows_done", "Rows of the table's snapshot read", labels=["table"]
+    )
+    total = GaugeMetricFamily(
+        f"{prefix}_snapshot_rows_total",
+        "Rows the table's snapshot reads (the server's estimate)",
+        labels=["table"],
+    )
+    chunks = GaugeMetricFamily(
+        f"{prefix}_snapshot_chunks_done", "Chunks of the table's snapshot read", labels=["table"]
+    )
+    updated = GaugeMetricFamily(
+        f"{prefix}_snapshot_progress_timestamp_seconds",
+        "When the table's snapshot last made progress (Unix time)",
+        labels=["table"],
+    )
+    running = GaugeMetricFamily(
+        f"{prefix}_snapshot_running",
+        "1 while the table's snapshot is queued or running, else 0",
+        labels=["table"],
+    )
+    by_state = dict.fromkeys(SNAPSHOT_STATES, 0)
+    for table, t in sorted(tables.items()):
+        t = _mapping(t)
+        state = str(t.get("state", ""))
+        if state in by_state:
+            by_state[state] += 1
+        for family, key in ((done, "rows_done"), (total, "rows_total"), (chunks, "chunks_done")):
+            value = _number(t.get(key))
+            if value is not None:
+                family.add_metric([table], value)
+        at = _number(t.get("updated_ms")) or _number(t.get("started_ms"))
+        if at is not None:
+            updated.add_metric([table], at / 1000)
+        running.add_metric([table], int(state in ("queued", "running")))
+    yield from (done, total, chunks, updated, running)
+    states = GaugeMetricFamily(
+        f"{prefix}_snapshot_tables", "Tables per snapshot state", labels=["state"]
+    )
+    for state, n in by_state.items():
+        states.add_metric([state], n)
+    yield states
+    skipped = _mapping(info.get("skipped"))
+    yield gauge(
+        "skipped_tables",
+        "Source tables matching capture.tables that the capture skips (reason in status)",
+        float(len(skipped)) if info else None,
+    )
+
+
+class CapturerHealthCollector(Collector):
+    """The running capture's lag, snapshot progress and skipped tables, per scrape."""
+
+    def __init__(self, info: Callable[[], CaptureInfo | None]) -> None:
+        self.info = info
+
+    def collect(self) -> Iterator[Metric]:
+        fn = self.info()
+        yield from capture_health_families("tidelake_capturer", fn() if fn is not None else None)
+
+
+class _CaptureHealthHolder:
+    info: CaptureInfo | None = None
+
+
+CAPTURE_HEALTH = _CaptureHealthHolder()
+
+
+def watch_capture_health(info: CaptureInfo) -> None:
+    """``capture_loop``: the heartbeat info whose lag/snapshot/skipped ``/metrics`` shows."""
+    CAPTURE_HEALTH.info = info
+
+
 def capturer_collectors() -> list[Collector]:
-    return [CapturerCollector(lambda: CAPTURE.counts), CAPTURER_LAST_COMMIT, CAPTURER_PUBLISH_LAG]
+    return [
+        CapturerCollector(lambda: CAPTURE.counts),
+        CAPTURER_LAST_COMMIT,
+        CAPTURER_PUBLISH_LAG,
+        CapturerHealthCollector(lambda: CAPTURE_HEALTH.info),
+    ]
