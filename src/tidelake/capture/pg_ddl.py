@@ -438,6 +438,9 @@ class DdlEvent:
     ddl_type: str
     sql: str
     relation: RelationInfo
+    #: The table holds rows the stream never carried (``CREATE TABLE AS``, a rename into
+    #: ``capture.tables``): only a snapshot of it brings them.
+    needs_snapshot: bool = False
 
 
 class DdlLog:
@@ -470,7 +473,12 @@ class DdlLog:
         if row.action == "create":
             rel = row.relation()
             relations[row.relid] = rel
-            return [DdlEvent("CREATE", create_statement(rel), rel)] if captured(rel) else []
+            if not captured(rel):
+                return []
+            # CREATE TABLE AS / SELECT INTO write their rows before the trigger runs, so
+            # before the table is in the publication.
+            filled = row.command_tag != "CREATE TABLE"
+            return [DdlEvent("CREATE", create_statement(rel), rel, needs_snapshot=filled)]
         if row.action == "drop":
             relations.pop(row.relid, None)
             rel = known or RelationInfo(row.relid, row.schema, row.table, [], {}, ())
@@ -493,9 +501,7 @@ class DdlLog:
             if was:
                 return [DdlEvent("ERASE", f"DROP TABLE {qualified(old.namespace, old.name)}", old)]
             if now:
-                log.warning("a table renamed into capture.tables: its existing rows need a "
-                            "snapshot", table=new.table_id)  # fmt: skip
-                return [DdlEvent("CREATE", create_statement(new), new)]
+                return [DdlEvent("CREATE", create_statement(new), new, needs_snapshot=True)]
             return []
         log.warning("unknown ddl log action", action=row.action, id=row.id)
         return []

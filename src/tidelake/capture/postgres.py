@@ -960,6 +960,8 @@ class PostgresSource:
             )
             self.ddl += 1
             log.info("ddl from the ddl log", table=rel.table_id, ddl=event.sql, at=str(position))
+            if event.needs_snapshot:
+                self._on_table_added(rel.table_id)
 
     def _relation(self, message: pgoutput.Relation, txn: _Txn, sink: Sink) -> None:
         new = RelationInfo(
