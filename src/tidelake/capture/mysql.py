@@ -47,6 +47,7 @@ from pymysqlreplication.row_event import (
 
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn
+from tidelake.capture.keys import TableShape, resolve_key
 from tidelake.capture.mysql_values import binlog_type, column_type, render, snapshot_select
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
@@ -113,6 +114,7 @@ class MySQLSource:
         self._tables: dict[tuple[str, str], TableInfo | None] = {}
         self._ctl: pymysql.connections.Connection[Any] | None = None
         self._warned: set[str] = set()
+        self._skipped: dict[str, str] = {}
         self.rows = 0
         self.ddl = 0
 
@@ -190,7 +192,8 @@ class MySQLSource:
     def _load_table(self, database: str, table: str) -> TableInfo | None:
         with self._control().cursor() as cur:
             cur.execute(
-                "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY FROM information_schema.COLUMNS "
+                "SELECT COLUMN_NAME, COLUMN_TYPE, COLUMN_KEY, IS_NULLABLE "
+                "FROM information_schema.COLUMNS "
                 "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
                 (database, table),
             )
@@ -205,7 +208,15 @@ class MySQLSource:
         if not cols:
             return None
         names = [str(c[0]) for c in cols]
-        return TableInfo(database, table, names, {str(c[0]): str(c[1]) for c in cols}, pk)
+        # The key the table is captured with (capture/keys.py); () = skipped, reason noted.
+        shape = TableShape(
+            f"{database}.{table}", tuple(names), pk,
+            frozenset(str(c[0]) for c in cols if str(c[3]).upper() == "NO"),
+        )  # fmt: skip
+        choice = resolve_key(self.cfg, shape)
+        if self.filter(database, table):
+            self._note_skip(shape.table_id, choice.skipped)
+        return TableInfo(database, table, names, {str(c[0]): str(c[1]) for c in cols}, choice.key)
 
     def captured_tables(self) -> list[TableInfo]:
         """Base tables the filter takes, with a primary key (the others are named in a log)."""
@@ -223,15 +234,22 @@ class MySQLSource:
             if info is None:
                 continue
             if not info.pk:
-                self._warn_keyless(info.table_id)
-                continue
+                continue  # skipped: _load_table noted why
             out.append(info)
         return out
 
-    def _warn_keyless(self, table_id: str) -> None:
+    def _note_skip(self, table_id: str, reason: str | None) -> None:
+        if reason is None:
+            self._skipped.pop(table_id, None)
+            return
         if table_id not in self._warned:
             self._warned.add(table_id)
-            log.warning("table without a primary key is not captured", table=table_id)
+            log.warning("table not captured", table=table_id, reason=reason)
+        self._skipped[table_id] = reason
+
+    def skipped_tables(self) -> dict[str, str]:
+        """``db.table`` → why the capture does not take it (heartbeat ``"skipped"``)."""
+        return dict(self._skipped)
 
     # -- the capture ------------------------------------------------------------------------
 
@@ -247,6 +265,10 @@ class MySQLSource:
         """Nothing to tell a MySQL server: the binlog is kept by its own retention."""
 
     def run(self, state: dict[str, Any] | None, sink: Sink, stop: threading.Event) -> None:
+        # Skipped tables are reported from the start: those saved with the position (a table
+        # met only by its binlog rows) and every table the filter takes now (capture/keys.py).
+        self._skipped.update((state or {}).get("skipped") or {})
+        self.captured_tables()
         if state is not None and state.get("phase") == "streaming":
             start = (str(state["binlog"]["file"]), int(state["binlog"]["pos"]))
             self._stream(start, sink, stop, _streaming_state)
@@ -497,10 +519,11 @@ class MySQLSource:
         pk: tuple[str, ...] = (
             tuple(binlog_pk) if not isinstance(binlog_pk, str) else (binlog_pk,) * bool(binlog_pk)
         )
-        if not pk and info is not None:
-            pk = info.pk
+        if info is not None and (not pk or f"{database}.{table}" in self.cfg.keys):
+            pk = info.pk  # the resolved key: configured, primary or full row (capture/keys.py)
         if not pk:
-            self._warn_keyless(f"{database}.{table}")
+            if info is None:
+                self._note_skip(f"{database}.{table}", "no primary key and the table is gone")
             return row_index + len(rows)
         schema_types = info.types if info else {}
         types = {
