@@ -438,8 +438,8 @@ class DdlEvent:
     ddl_type: str
     sql: str
     relation: RelationInfo
-    #: The table holds rows the stream never carried (``CREATE TABLE AS``, a rename into
-    #: ``capture.tables``): only a snapshot of it brings them.
+    #: The table holds rows the stream never carried (a rename into ``capture.tables``):
+    #: only a snapshot of it brings them.
     needs_snapshot: bool = False
 
 
@@ -473,12 +473,9 @@ class DdlLog:
         if row.action == "create":
             rel = row.relation()
             relations[row.relid] = rel
-            if not captured(rel):
-                return []
-            # CREATE TABLE AS / SELECT INTO write their rows before the trigger runs, so
-            # before the table is in the publication.
-            filled = row.command_tag != "CREATE TABLE"
-            return [DdlEvent("CREATE", create_statement(rel), rel, needs_snapshot=filled)]
+            # CREATE TABLE AS / SELECT INTO cannot declare a primary key: such a table joins
+            # the publication (and gets its snapshot) when the capture's sync adds it.
+            return [DdlEvent("CREATE", create_statement(rel), rel)] if captured(rel) else []
         if row.action == "drop":
             relations.pop(row.relid, None)
             rel = known or RelationInfo(row.relid, row.schema, row.table, [], {}, ())

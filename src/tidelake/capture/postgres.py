@@ -939,6 +939,9 @@ class PostgresSource:
             return
         log_rel = self._relations[self._ddl_log_relid]
         row = pg_ddl.LogRow.from_values([c[0] for c in log_rel.columns], message.new)
+        # The trigger put a table with a primary key into the publication itself; any other
+        # joins it through sync_publication, which asks for its snapshot then.
+        joined_by_trigger = bool(row.pk)
         if row.action in ("create", "rename") and not row.pk:
             # No primary key: the key capture.keys / capture.keyless give it, if any.
             row = dataclasses.replace(row, pk=self.key_of(row.relid, f"{row.schema}.{row.table}"))
@@ -960,7 +963,7 @@ class PostgresSource:
             )
             self.ddl += 1
             log.info("ddl from the ddl log", table=rel.table_id, ddl=event.sql, at=str(position))
-            if event.needs_snapshot:
+            if event.needs_snapshot and joined_by_trigger:
                 self._on_table_added(rel.table_id)
 
     def _relation(self, message: pgoutput.Relation, txn: _Txn, sink: Sink) -> None:

@@ -131,24 +131,6 @@ def test_rename_inside_across_out_of_and_into_the_captured_tables() -> None:
     assert (True, False, False) == (back.needs_snapshot, same.needs_snapshot, out.needs_snapshot)
 
 
-def test_create_table_as_needs_a_snapshot_a_plain_create_does_not() -> None:
-    """CREATE TABLE AS / SELECT INTO write rows before the trigger adds the table to the
-    publication: only a snapshot brings them; a plain CREATE TABLE starts empty."""
-    log = pg_ddl.DdlLog()
-    captured = _captured(["shop.*"])
-    relations: dict[int, RelationInfo] = {}
-    plain = _row("create", 1, "shop", "a", columns=COLUMNS, pk='["k"]')
-    filled = pg_ddl.LogRow(**{**_fields(plain), "relid": 2, "table": "b",
-                              "command_tag": "CREATE TABLE AS"})  # fmt: skip
-    plain = pg_ddl.LogRow(**{**_fields(plain), "command_tag": "CREATE TABLE"})
-    assert [False] == [e.needs_snapshot for e in log.events(plain, relations, captured, 1)]
-    assert [True] == [e.needs_snapshot for e in log.events(filled, relations, captured, 1)]
-
-
-def _fields(row: pg_ddl.LogRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in pg_ddl.LogRow.__slots__}
-
-
 def test_relation_path_rename_across_schemas_names_the_new_schema() -> None:
     """A rename derived from a Relation message (no DDL log) qualifies the new name when the
     schema changed: ``RENAME TO b`` alone would move the lake table within the old schema."""
