@@ -486,7 +486,13 @@ def verify(
 
     cfg = _load(config)
     password = cfg.capture.resolved_password()
-    results = [verify_table(source, cfg.lake_root, t, password) for t in table]
+    # By the key the capture uses: capture.keys, the primary key, or the whole row.
+    results = [
+        verify_table(
+            source, cfg.lake_root, t, password, keys=cfg.capture.keys, keyless=cfg.capture.keyless
+        )
+        for t in table
+    ]
     if json:
         for r in results:
             print_json(r.to_json())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -395,6 +395,9 @@ class Verification:
     unexpected: int = 0
     different: int = 0
     duplicate_keys: int = 0
+    #: Source rows sharing their key with an earlier one: one lake row stands for all of
+    #: them (a full-row key over identical rows: docs/capture.md); not a mismatch by itself.
+    collapsed: int = 0
     hash_source: str = ""
     hash_lake: str = ""
     samples: list[str] = field(default_factory=list)
@@ -428,14 +431,22 @@ def compare_tables(
     source: Iterable[Row],
     lake: Iterable[Row],
 ) -> Verification:
-    """Compare comparable rows (see :func:`comparable`) by primary key."""
+    """Compare comparable rows (see :func:`comparable`) by key (``pk``: the primary key, or
+    the key the capture uses: ``capture.keys``, every column under ``keyless: full_row``).
+
+    Source rows with one key count once (``rows_source``, the hash), as the lake holds them
+    once; how many collapsed is ``collapsed``."""
     result = Verification(table)
     want: dict[Key, Row] = {}
-    h_source = 0
+    total = 0
     for row in source:
         want[tuple(row[c] for c in pk)] = row
+        total += 1
+    h_source = 0
+    for row in want.values():
         h_source ^= _row_hash(row, columns)
     result.rows_source = len(want)
+    result.collapsed = total - len(want)
     seen: set[Key] = set()
     h_lake = 0
     diffs: list[tuple[Key, str]] = []
@@ -595,10 +606,18 @@ def _pg_rows(dsn: SourceDsn, schema: str, table: str) -> tuple[SourceTable, Iter
 
 
 def verify_table(
-    source: str | SourceDsn, lake_root: str, table_id: str, password: str | None = None
+    source: str | SourceDsn,
+    lake_root: str,
+    table_id: str,
+    password: str | None = None,
+    *,
+    keys: Mapping[str, Sequence[str]] | None = None,
+    keyless: str = "skip",
 ) -> Verification:
     """Compare the live source table ``table_id`` (``db.table``; PostgreSQL: ``schema.table``)
-    with its Hudi table under ``lake_root``. Never raises: errors land in ``error``."""
+    with its Hudi table under ``lake_root``, by the key the capture uses (``keys`` =
+    ``capture.keys``, else the primary key, else every column when ``keyless`` is
+    ``full_row``: capture/keys.py). Never raises: errors land in ``error``."""
     from tidelake.verify.lake import read_table
 
     result = Verification(table_id)
@@ -607,13 +626,18 @@ def verify_table(
         database, table = split_table_id(table_id)
         reader = _mysql_rows if dsn.kind == "mysql" else _pg_rows
         meta, source_rows = reader(dsn, database, table)
-        if not meta.pk:
-            raise LookupError(f"{table_id} has no primary key: nothing to compare by")
+        key = tuple((keys or {}).get(table_id) or meta.pk)
+        if not key and keyless == "full_row":
+            key = tuple(meta.columns)
+        if not key:
+            raise LookupError(
+                f"{table_id} has no primary key: nothing to compare by (capture.keys names one)"
+            )
         lake = read_table(lake_root, table_id).to_pylist()
         lake_rows = (
             {c: comparable(row.get(c), meta.types[c]) for c in meta.columns} for row in lake
         )
-        return compare_tables(table_id, meta.pk, meta.columns, source_rows, lake_rows)
+        return compare_tables(table_id, key, meta.columns, source_rows, lake_rows)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         return result
