@@ -18,6 +18,7 @@ itself, so old events decode with the schema they were written with).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import threading
@@ -45,9 +46,13 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from tidelake.capture import binlog_table_maps
+from tidelake.capture import gtid as gtids
 from tidelake.capture.canal import CanalEncoder, classify_ddl
-from tidelake.capture.dsn import SourceDsn
+from tidelake.capture.dsn import SourceDsn, parse_dsn
+from tidelake.capture.incremental import IncrementalSnapshots
 from tidelake.capture.keys import TableShape, resolve_key
+from tidelake.capture.mysql_chunks import MySQLChunks
 from tidelake.capture.mysql_values import binlog_type, column_type, render, snapshot_select
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
@@ -56,6 +61,8 @@ from tidelake.config import CaptureConfig
 from tidelake.events import Position
 
 log = structlog.get_logger(__name__)
+# Repeated binlog table maps are decoded once (capture/binlog_table_maps.py).
+binlog_table_maps.install()
 
 #: Seconds between server heartbeats while the binlog is idle (lets the reader flush and stop).
 HEARTBEAT_S = 0.25
@@ -117,15 +124,36 @@ class MySQLSource:
         self._skipped: dict[str, str] = {}
         self.rows = 0
         self.ddl = 0
+        # GTID positions and failover (capture/gtid.py, docs/capture.md "Positions and
+        # failover"): the servers to try, the one in use, and the GTID position at the last
+        # transaction boundary streamed.
+        self.candidates = [dsn, *(_failover_dsn(text, dsn) for text in cfg.failover_sources)]
+        self.flavor = "mariadb"
+        self.gtid_mode = False
+        self.server: dict[str, Any] = {}
+        self.epoch = 0
+        self._gtid: str | None = None
+        self._pending_gtid: str | None = None
+        self._known_gtid: dict[BinlogPoint, str] = {}
+        self._base: BinlogPoint | None = None
+        # Incremental snapshots (capture/incremental.py): the engine, the mark of the
+        # transaction being streamed, the staging store holding snapshot requests.
+        self._snap: IncrementalSnapshots | None = None
+        self._chunks: MySQLChunks | None = None
+        self._txn_mark: tuple[int, int] = (0, 0)
+        self._staging: Any = None
 
     # -- connections ------------------------------------------------------------------------
 
-    def connect(self, **kwargs: Any) -> pymysql.connections.Connection[Any]:
+    def connect(
+        self, *, at: SourceDsn | None = None, **kwargs: Any
+    ) -> pymysql.connections.Connection[Any]:
+        dsn = at or self.dsn
         opts: dict[str, Any] = {
-            "host": self.dsn.host,
-            "port": self.dsn.port,
-            "user": self.dsn.user,
-            "password": self.dsn.password or "",
+            "host": dsn.host,
+            "port": dsn.port,
+            "user": dsn.user,
+            "password": dsn.password or "",
             "charset": "utf8mb4",
             "autocommit": True,
             "init_command": "SET time_zone = '+00:00'",
@@ -135,14 +163,60 @@ class MySQLSource:
         try:
             return pymysql.connect(**opts)
         except pymysql.err.OperationalError as exc:
-            raise SourceUnavailableError(f"cannot connect to {self.dsn.redacted()}: {exc}") from exc
+            raise SourceUnavailableError(f"cannot connect to {dsn.redacted()}: {exc}") from exc
 
     def _control(self) -> pymysql.connections.Connection[Any]:
         if self._ctl is None or not self._ctl.open:
-            self._ctl = self.connect()
+            self._ctl = self._connect_any()
         return self._ctl
 
+    def _connect_any(self) -> pymysql.connections.Connection[Any]:
+        """A connection to the server in use, else to the first reachable of
+        ``capture.source`` and ``capture.failover_sources``; that server is then in use."""
+        order = [self.dsn, *(d for d in self.candidates if d != self.dsn)]
+        errors = []
+        for dsn in order:
+            try:
+                conn = self.connect(at=dsn)
+            except SourceUnavailableError as exc:
+                errors.append(str(exc))
+                continue
+            if dsn != self.dsn:
+                log.warning("capture source switched", was=self.dsn.redacted(), now=dsn.redacted())
+                self.dsn = dsn
+            return conn
+        raise SourceUnavailableError("; ".join(errors))
+
+    def probe(self) -> None:
+        """Learn the server in use: flavour, identity, whether positions carry GTIDs."""
+        with self._control().cursor() as cur:
+            cur.execute("SELECT VERSION(), @@server_id")
+            version, server_id = cur.fetchone()
+            self.flavor = "mariadb" if "mariadb" in str(version).lower() else "mysql"
+            server: dict[str, Any] = {
+                "address": f"{self.dsn.host}:{self.dsn.port}",
+                "server_id": int(server_id),
+            }
+            # MariaDB writes a GTID for every event group (https://mariadb.com/kb/en/gtid/).
+            mode, gtid_on = "ON", True
+            if self.flavor == "mysql":
+                cur.execute("SELECT @@server_uuid, @@gtid_mode")
+                uuid, mode = cur.fetchone()
+                server["uuid"] = str(uuid)
+                gtid_on = str(mode).upper() == "ON"
+        if self.cfg.position_mode == "gtid" and not gtid_on:
+            raise CaptureError(
+                f"capture.position_mode is gtid but {self.dsn.redacted()} has gtid_mode={mode}: "
+                "set enforce_gtid_consistency=ON and gtid_mode=ON, or use position_mode auto"
+            )
+        self.gtid_mode = self.cfg.position_mode != "file" and gtid_on
+        self.server = server
+
     def close(self) -> None:
+        if self._snap is not None:
+            self._snap.close()
+        if self._chunks is not None:
+            self._chunks.close()
         if self._ctl is not None and self._ctl.open:
             self._ctl.close()
 
@@ -180,6 +254,7 @@ class MySQLSource:
             raise CaptureError(
                 f"{self.dsn.redacted()} is not ready for capture:\n  - " + "\n  - ".join(problems)
             )
+        self.probe()
 
     # -- table metadata ---------------------------------------------------------------------
 
@@ -259,24 +334,50 @@ class MySQLSource:
             row = cur.fetchone()
         if not row:
             raise CaptureError("SHOW MASTER STATUS is empty: the binary log is off")
+        if len(row) > 4 and row[4]:  # MySQL's Executed_Gtid_Set, read with the point
+            self._known_gtid[(str(row[0]), int(row[1]))] = str(row[4])
         return str(row[0]), int(row[1])
 
     def confirm(self, state: dict[str, Any]) -> None:
         """Nothing to tell a MySQL server: the binlog is kept by its own retention."""
+
+    def lag(self, conn: Any, state: dict[str, Any] | None) -> dict[str, Any]:
+        """Binlog bytes (and GTIDs) from the acknowledged ``state`` to the server's end, on
+        the lag probe's own connection ``conn`` (capture/lag.py)."""
+        from tidelake.capture.lag import binlog_lag
+
+        return binlog_lag(conn, state)
 
     def run(self, state: dict[str, Any] | None, sink: Sink, stop: threading.Event) -> None:
         # Skipped tables are reported from the start: those saved with the position (a table
         # met only by its binlog rows) and every table the filter takes now (capture/keys.py).
         self._skipped.update((state or {}).get("skipped") or {})
         self.captured_tables()
+        if not self.server:
+            self.probe()
+        if state is not None:
+            self.epoch = int(state.get("epoch") or 0)
+            self._gtid = state.get("gtid") if self.gtid_mode else None
+        self._start_incremental(state)
         if state is not None and state.get("phase") == "streaming":
             start = (str(state["binlog"]["file"]), int(state["binlog"]["pos"]))
-            self._stream(start, sink, stop, _streaming_state)
+            gtid_start = None
+            if not _same_server(state.get("server"), self.server):
+                gtid_start = self._switch_server(state.get("server"))
+            self._stream_failover(start, sink, stop, gtid_start)
             return
+        if state is not None and not _same_server(state.get("server"), self.server):
+            raise CaptureError(
+                f"the saved capture position was taken on {state['server'].get('address')} "
+                f"during the initial snapshot; {self.dsn.redacted()} is another server: a "
+                "snapshot cannot be resumed elsewhere. Empty the lake tables and remove the "
+                "position file to start again with a snapshot"
+            )
         if state is None and self.cfg.snapshot == "never":
             point = self.master_status()
-            sink.resume(_streaming_state(point), flush_after_s=0)
-            self._stream(point, sink, stop, _streaming_state)
+            self._gtid = self._gtid_at(point)
+            sink.resume({**_streaming_state(point), **self._position_fields()}, flush_after_s=0)
+            self._stream_failover(point, sink, stop)
             return
         conn, point = self.open_snapshot()
         try:
@@ -298,8 +399,139 @@ class MySQLSource:
                 return
         finally:
             conn.close()
-        sink.resume(_streaming_state(point), flush_after_s=0)
-        self._stream(point, sink, stop, _streaming_state)
+        self._gtid = self._gtid_at(point)
+        sink.resume({**_streaming_state(point), **self._position_fields()}, flush_after_s=0)
+        self._stream_failover(point, sink, stop)
+
+    # -- GTID positions and failover (capture/gtid.py) -----------------------------------------
+
+    def _position_fields(self) -> dict[str, Any]:
+        """What a saved state holds besides the binlog point: the GTID position there (when
+        the server has GTIDs), the server it was read on and the server epoch."""
+        out: dict[str, Any] = {"epoch": self.epoch, "server": self.server, "flavor": self.flavor}
+        if self._snap is not None:
+            out["incremental"] = self._snap.state()
+        if self.gtid_mode and self._gtid is not None:
+            out["gtid"] = self._gtid
+        return out
+
+    def _gtid_at(self, point: BinlogPoint) -> str | None:
+        """The GTID position at a binlog point of the server in use (None: unknown)."""
+        if not self.gtid_mode:
+            return None
+        if self.flavor == "mysql":
+            # MySQL names no GTID set for a file/offset: only SHOW MASTER STATUS read with the
+            # point gives it (master_status, open_snapshot).
+            return self._known_gtid.get(point)
+        with self._control().cursor() as cur:
+            # https://mariadb.com/kb/en/binlog_gtid_pos/: the GTID position at a binlog offset.
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (point[0], point[1]))
+            row = cur.fetchone()
+        return str(row[0]) if row and row[0] is not None else None
+
+    def _advance_gtid(self) -> None:
+        """The transaction whose GTID event came last is committed: add it to the position."""
+        pending, self._pending_gtid = self._pending_gtid, None
+        if pending is None or not self.gtid_mode or self._gtid is None:
+            return
+        if self.flavor == "mysql":
+            self._gtid = gtids.mysql_added(self._gtid, pending)
+        else:
+            domain = pending.split("-", 1)[0] + "-"
+            kept = [g for g in self._gtid.split(",") if g and not g.startswith(domain)]
+            self._gtid = ",".join(sorted([*kept, pending], key=lambda g: int(g.split("-")[0])))
+
+    def _switch_server(self, previous: dict[str, Any] | None) -> str:
+        """Checks before resuming on another server than the saved position's; the GTID
+        position to resume from. Refuses (CaptureError) when the position has no GTID or the
+        server lacks a transaction the capture already published."""
+        where = self.dsn.redacted()
+        was = (previous or {}).get("address", "another server")
+        if not self.gtid_mode:
+            raise CaptureError(
+                f"the capture position was read on {was}; {where} is another server and "
+                "positions carry no GTID (capture.position_mode=file or MySQL gtid_mode OFF): "
+                "binlog file offsets of one server mean nothing on another"
+            )
+        if self._gtid is None:
+            raise CaptureError(
+                f"the capture position was read on {was} and holds no GTID (saved before GTID "
+                f"positions, or by a MySQL capture started without one): it cannot be resumed "
+                f"on {where}. Point capture.source back at {was}, or empty the lake tables and "
+                "remove the position file to start again with a snapshot"
+            )
+        with self._control().cursor() as cur:
+            if self.flavor == "mysql":
+                cur.execute("SELECT @@GLOBAL.gtid_executed, @@GLOBAL.gtid_purged")
+                executed, purged = (str(v or "") for v in cur.fetchone())
+                lacking = gtids.mysql_missing_on(self._gtid, executed)
+                gone = gtids.mysql_missing_on(purged, self._gtid)
+                if gone:
+                    raise CaptureError(
+                        f"{where} purged transactions the capture has not read ({gone}): "
+                        "they are lost to the capture; empty the lake tables and remove the "
+                        "position file to start again with a snapshot"
+                    )
+            else:
+                cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+                have = str(cur.fetchone()[0] or "")
+                missing = gtids.MariaPos.parse(self._gtid).missing_on(gtids.MariaPos.parse(have))
+                lacking = "; ".join(missing)
+        if lacking:
+            raise CaptureError(
+                f"{where} lacks transactions the capture already published from {was} "
+                f"({lacking}): it is behind or diverged. Resuming there would lose them in the "
+                "lake (or keep rows the source no longer has); refused. Wait until it has "
+                "applied them, or point capture.source at a server that has them (MariaDB: "
+                "its binlog needs log_slave_updates=ON)"
+            )
+        self.epoch += 1
+        log.warning(
+            "capture resumes on another server by GTID",
+            was=was, server=where, gtid=self._gtid, epoch=self.epoch,
+        )  # fmt: skip
+        return self._gtid
+
+    def _stream_failover(
+        self, start: BinlogPoint, sink: Sink, stop: threading.Event, gtid_start: str | None = None
+    ) -> None:
+        """Stream; when the server is lost, reconnect (the same server, else the next of
+        ``capture.failover_sources``) within ``capture.failover_timeout_s`` and go on from
+        the last transaction boundary: by binlog point on the same server, by GTID on
+        another."""
+        while True:
+            self._base = None
+            try:
+                self._stream(start, sink, stop, _streaming_state, gtid_start=gtid_start)
+                return
+            except (pymysql.err.OperationalError, SourceUnavailableError) as exc:
+                if stop.is_set() or not _connection_lost(exc):
+                    raise
+                log.warning("binlog connection lost", error=str(exc))
+            if self._base is not None:
+                start, gtid_start = self._base, None
+            previous = self.server
+            self._reconnect(stop)
+            if stop.is_set():
+                return
+            if not _same_server(previous, self.server):
+                gtid_start = self._switch_server(previous)
+
+    def _reconnect(self, stop: threading.Event) -> None:
+        """Connect to the server in use or a failover source, retrying up to the timeout."""
+        if self._ctl is not None:
+            with contextlib.suppress(Exception):
+                self._ctl.close()
+            self._ctl = None
+        deadline = time.monotonic() + self.cfg.failover_timeout_s
+        while not stop.is_set():
+            try:
+                self.probe()
+                return
+            except SourceUnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                stop.wait(0.5)
 
     def open_snapshot(self) -> tuple[pymysql.connections.Connection[Any], BinlogPoint]:
         """A transaction seeing exactly the state at a binlog point, and that point."""
@@ -325,6 +557,8 @@ class MySQLSource:
         if not row:
             conn.close()
             raise CaptureError("SHOW MASTER STATUS is empty: the binary log is off")
+        if len(row) > 4 and row[4]:  # MySQL's Executed_Gtid_Set at the snapshot point
+            self._known_gtid[(str(row[0]), int(row[1]))] = str(row[4])
         return conn, (str(row[0]), int(row[1]))
 
     def _snapshot(
@@ -338,6 +572,8 @@ class MySQLSource:
         """Publish every captured row as of ``point``; False when stopped part way."""
         tables = [t for t in self.captured_tables() if t.table_id not in progress.done]
         file_no = file_number(point[0])
+        # Snapshot rows sort just before the hand-off point's first transaction.
+        snap_txn = gtids.txn_prefix(self.epoch, file_no, point[1] - 1)
         with conn.cursor() as cur:
             estimate = 0
             for t in tables:
@@ -375,7 +611,7 @@ class MySQLSource:
                                     data=data,
                                     old=None,
                                     types=types,
-                                    position=Position((file_no, point[1] - 1, progress.rows)),
+                                    position=Position((*snap_txn, progress.rows)),
                                     commit_ts_ms=int(time.time() * 1000),
                                 )
                             )
@@ -401,8 +637,16 @@ class MySQLSource:
         state_for: Callable[[BinlogPoint], dict[str, Any]],
         *,
         until: BinlogPoint | None = None,
+        gtid_start: str | None = None,
     ) -> None:
-        """Stream from ``start`` (a transaction boundary) until ``stop`` or ``until``."""
+        """Stream from ``start`` (a transaction boundary) until ``stop`` or ``until``; with
+        ``gtid_start``, from the transaction after that GTID position instead (its binlog
+        point on this server is learnt from the first GTID event)."""
+        where: dict[str, Any] = {"log_file": start[0], "log_pos": start[1], "resume_stream": True}
+        if gtid_start is not None:
+            where = {"auto_position": gtid_start, "is_mariadb": self.flavor == "mariadb"}
+        elif self._gtid is None:
+            self._gtid = self._gtid_at(start)
         reader = BinLogStreamReader(
             connection_settings={
                 "host": self.dsn.host,
@@ -411,16 +655,16 @@ class MySQLSource:
                 "passwd": self.dsn.password or "",
             },
             server_id=self.cfg.server_id,
-            log_file=start[0],
-            log_pos=start[1],
-            resume_stream=True,
             blocking=True,
             slave_heartbeat=HEARTBEAT_S,
             only_events=_EVENTS,
             enable_logging=False,
+            **where,
         )
-        log.info("binlog streaming", start=start, until=until)
+        log.info("binlog streaming", start=start, until=until, gtid=gtid_start)
         base = start
+        # Resuming by GTID: the first transaction's point is where its GTID event begins.
+        base_unknown = gtid_start is not None
         file_no = file_number(start[0])
         row_index = 0
         explicit = False  # inside BEGIN ... COMMIT
@@ -430,13 +674,21 @@ class MySQLSource:
             while not stop.is_set():
                 if stop_key is not None and point_key(base) >= stop_key:
                     return
-                event = _fetch(reader, start)
+                event = _fetch(reader, start, gtid_start)
                 if event is None:
                     continue
                 if isinstance(event, HeartbeatLogEvent | RotateEvent):
+                    if until is None and self._snapshot_tick(sink, base, reader):
+                        sink.resume(self._boundary(state_for, base))
                     sink.flush()
                     continue
                 if isinstance(event, MariadbGtidEvent | GtidEvent):
+                    if base_unknown:
+                        base = (reader.log_file, int(event.packet.log_pos) - int(event.event_size))
+                        file_no = file_number(base[0])
+                        base_unknown = False
+                    self._pending_gtid = str(event.gtid)
+                    self._txn_mark = (file_number(reader.log_file), int(reader.log_pos))
                     row_index = 0
                     commit_ms = int(event.timestamp) * 1000
                     flags = int(getattr(event, "flags", 0) or 0)
@@ -446,7 +698,9 @@ class MySQLSource:
                     base = (reader.log_file, reader.log_pos)
                     file_no = file_number(base[0])
                     explicit = False
-                    sink.resume(state_for(base))
+                    if until is None:
+                        self._snapshot_tick(sink, base, reader)
+                    sink.resume(self._boundary(state_for, base))
                     continue
                 if isinstance(event, QueryEvent):
                     query = _text(event.query).strip()
@@ -459,24 +713,119 @@ class MySQLSource:
                         base = (reader.log_file, reader.log_pos)
                         file_no = file_number(base[0])
                         explicit = False
-                        sink.resume(state_for(base))
+                        if until is None:
+                            self._snapshot_tick(sink, base, reader)
+                        sink.resume(self._boundary(state_for, base))
                         continue
                     statements = classify_ddl(query, _text(event.schema))
                     if explicit and not statements:
                         continue  # SAVEPOINT and the like inside a transaction
-                    position = Position((file_no, base[1], 0))
+                    position = Position((*gtids.txn_prefix(self.epoch, file_no, base[1]), 0))
                     for ddl_type, database, table in statements:
                         self._emit_ddl(sink, query, ddl_type, database, table, position,
                                        int(event.timestamp) * 1000)  # fmt: skip
                     base = (reader.log_file, reader.log_pos)
                     file_no = file_number(base[0])
                     explicit = False
-                    sink.resume(state_for(base))
+                    if until is None:
+                        self._snapshot_tick(sink, base, reader)
+                    sink.resume(self._boundary(state_for, base))
                     continue
-                row_index = self._emit_rows(event, sink, (file_no, base[1]), row_index, commit_ms)
+                txn = gtids.txn_prefix(self.epoch, file_no, base[1])
+                row_index = self._emit_rows(event, sink, txn, row_index, commit_ms)
         finally:
             sink.flush()
             reader.close()
+
+    def _boundary(
+        self, state_for: Callable[[BinlogPoint], dict[str, Any]], base: BinlogPoint
+    ) -> dict[str, Any]:
+        """The state at a transaction boundary just streamed (GTID position included)."""
+        self._advance_gtid()
+        self._base = base
+        return {**state_for(base), **self._position_fields()}
+
+    # -- incremental snapshots (capture/incremental.py) -------------------------------------
+
+    def attach_staging(self, storage: Any) -> None:
+        """The staging store holding snapshot requests (the runner's)."""
+        self._staging = storage
+        if self._snap is not None:
+            self._snap.storage = storage
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """Incremental snapshots per table (heartbeat ``"snapshot"``)."""
+        return self._snap.snapshot_status() if self._snap is not None else {"tables": {}}
+
+    def snapshot_saved(self, state: dict[str, Any]) -> None:
+        """``state`` is saved: delete the snapshot requests it holds (the runner calls it)."""
+        if self._snap is not None:
+            self._snap.confirmed(state.get("incremental") or {})
+
+    def queue_snapshot(self, table: str) -> bool:
+        """Snapshot ``table`` (``db.table``) incrementally, from the stream's next boundary."""
+        return self._snap is not None and self._snap.request(table)
+
+    def _start_incremental(self, state: dict[str, Any] | None) -> None:
+        self._chunks = MySQLChunks(self)
+        tables = {t.table_id for t in self.captured_tables()}
+        self._snap = IncrementalSnapshots(
+            self._chunks,
+            workers=self.cfg.snapshot_workers,
+            chunk_rows=self.cfg.chunk_rows,
+            captured=self._is_captured,
+        )
+        self._snap.storage = self._staging
+        saved = (state or {}).get("incremental")
+        fresh = state is None or state.get("phase") != "streaming" or saved is None
+        self._snap.load(saved, tables, fresh=fresh)
+
+    def _is_captured(self, table: str) -> bool:
+        database, _, name = table.partition(".")
+        if not name or not self.filter(database, name):
+            return False
+        info = self.table_info(database, name, refresh=True)
+        return info is not None and bool(info.pk)
+
+    def _snapshot_tick(self, sink: Sink, base: BinlogPoint, reader: Any) -> bool:
+        """At a transaction boundary ``base`` (or idle): emit the chunks the stream passed,
+        positioned just below the next transaction's position (the module doc of
+        capture/incremental.py); True when something was emitted."""
+        snap = self._snap
+        if snap is None:
+            return False
+        ready = snap.tick((file_number(reader.log_file), int(reader.log_pos)))
+        if not ready:
+            return False
+        prefix = gtids.txn_prefix(self.epoch, file_number(base[0]), base[1] - 1)
+        now = int(time.time() * 1000)
+        for result in ready:
+            info = result.meta
+            for _key, data in result.rows:
+                sink.put(
+                    self.encoder.row(
+                        database=info.database, table=info.table, pk=info.pk, kind="INSERT",
+                        data=data, old=None, types=info.types,
+                        position=Position((*prefix, snap.next_seq())), commit_ts_ms=now,
+                    )
+                )  # fmt: skip
+            snap.emitted(result)
+        return True
+
+    def _record_change(
+        self,
+        database: str,
+        table: str,
+        pk: tuple[str, ...],
+        data: dict[str, str | None],
+        old: dict[str, str | None] | None,
+    ) -> None:
+        """A streamed change of a table being snapshotted: its key(s), for the chunks."""
+        assert self._snap is not None
+        table_id = f"{database}.{table}"
+        self._snap.changed(table_id, tuple(data.get(c) for c in pk), self._txn_mark)
+        if old is not None:
+            self._snap.changed(table_id, tuple(old.get(c) for c in pk), self._txn_mark)
 
     def _emit_ddl(
         self,
@@ -507,7 +856,7 @@ class MySQLSource:
         log.info("ddl captured", table=f"{database}.{table}", ddl_type=ddl_type, at=str(position))
 
     def _emit_rows(
-        self, event: Any, sink: Sink, txn: tuple[int, int], row_index: int, commit_ms: int
+        self, event: Any, sink: Sink, txn: tuple[int, ...], row_index: int, commit_ms: int
     ) -> int:
         database, table = str(event.schema), str(event.table)
         rows = event.rows
@@ -529,6 +878,8 @@ class MySQLSource:
         types = {
             c.name: column_type(schema_types.get(c.name), binlog_type(c)) for c in event.columns
         }
+        snap = self._snap
+        recording = snap is not None and f"{database}.{table}" in snap.active
         if isinstance(event, WriteRowsEvent):
             kind = "INSERT"
         elif isinstance(event, UpdateRowsEvent):
@@ -543,6 +894,8 @@ class MySQLSource:
                 old = _rendered(row["before_values"], types, row.get("before_none_sources"))
             else:
                 data, old = _rendered(row["values"], types, row.get("none_sources")), None
+            if recording:
+                self._record_change(database, table, pk, data, old)
             sink.put(
                 self.encoder.row(
                     database=database,
@@ -564,10 +917,17 @@ class MySQLSource:
 _BINLOG_GONE = 1236
 
 
-def _fetch(reader: BinLogStreamReader, start: BinlogPoint) -> Any:
+def _fetch(reader: BinLogStreamReader, start: BinlogPoint, gtid_start: str | None = None) -> Any:
     try:
         return reader.fetchone()
     except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == _BINLOG_GONE and gtid_start is not None:
+            raise CaptureError(
+                f"the server refused to resume after GTID position {gtid_start} "
+                f"({exc.args[1]}): its binlog no longer holds, or never held, the capture's "
+                "last transaction. Point capture.source at a server that has it, or empty the "
+                "lake tables and remove the position file to start again with a snapshot"
+            ) from exc
         if exc.args and exc.args[0] == _BINLOG_GONE:
             raise CaptureError(
                 f"the binlog no longer holds the capture's position {start[0]}:{start[1]} "
@@ -637,6 +997,41 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value or "")
+
+
+#: Client error codes of a server gone: cannot connect, server gone away, lost connection.
+_LOST = frozenset({2003, 2006, 2013})
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    if isinstance(exc, SourceUnavailableError):
+        return True
+    return bool(exc.args) and exc.args[0] in _LOST
+
+
+def _same_server(saved: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Is the server a saved state was read on the server in use? A state saved before
+    server identities were kept is taken as read here (what the capture always assumed)."""
+    if not saved:
+        return True
+    keys = ("address", "server_id", "uuid")
+    return all(saved.get(k) == now.get(k) for k in keys if k in saved or k in now)
+
+
+def _failover_dsn(text: str, primary: SourceDsn) -> SourceDsn:
+    """A ``capture.failover_sources`` entry; user and password default to the source's."""
+    dsn = parse_dsn(text)
+    if dsn.kind != "mysql":
+        raise CaptureError(f"capture.failover_sources: {dsn.redacted()} is not a mysql:// DSN")
+    named_user = "@" in text.split("://", 1)[-1].split("/", 1)[0]
+    return SourceDsn(
+        kind="mysql",
+        host=dsn.host,
+        port=dsn.port,
+        user=dsn.user if named_user else primary.user,
+        password=dsn.password if dsn.password is not None else primary.password,
+        database=dsn.database,
+    )
 
 
 def _streaming_state(point: BinlogPoint) -> dict[str, Any]:

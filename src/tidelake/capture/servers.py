@@ -201,6 +201,9 @@ class MariaDBServer(_ChildServer):
             "--binlog-format=ROW",
             "--binlog-row-image=FULL",
             "--binlog-row-metadata=FULL",
+            # A replica writes what it applies to its own binlog too, so a capture can read it
+            # after a failover (https://mariadb.com/kb/en/replication-and-binary-log-system-variables/#log_slave_updates).
+            "--log-slave-updates=ON",
             "--innodb-buffer-pool-size=128M",
             "--innodb-flush-log-at-trx-commit=2",
             "--sync-binlog=0",
@@ -219,6 +222,9 @@ class MariaDBServer(_ChildServer):
             return False
         try:
             with conn.cursor() as cur:
+                # Local set-up, kept out of the binlog: a replica creates its own user, and its
+                # binlog then holds only GTIDs of its primary (one history per domain).
+                cur.execute("SET SESSION sql_log_bin = 0")
                 cur.execute(f"CREATE USER IF NOT EXISTS '{self.user}'@'127.0.0.1' "
                             f"IDENTIFIED BY '{self.password}'")  # fmt: skip
                 cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{self.user}'@'127.0.0.1' "
@@ -241,6 +247,53 @@ class MariaDBServer(_ChildServer):
         }
         opts.update(kwargs)
         return pymysql.connect(**opts)
+
+    # -- replication (GTID failover tests, capture/gtid.py) ------------------------------------
+
+    def _query(self, sql: str, args: Any = None) -> Any:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchone() if cur.description else None
+        finally:
+            conn.close()
+
+    def gtid_binlog_pos(self) -> str:
+        """``@@gtid_binlog_pos``: the last GTID per domain in this server's binlog."""
+        return str(self._query("SELECT @@GLOBAL.gtid_binlog_pos")[0] or "")
+
+    def replicate_from(self, primary: MariaDBServer) -> None:
+        """Become a read-only replica of ``primary`` by GTID
+        (https://mariadb.com/kb/en/change-master-to/, ``MASTER_USE_GTID=slave_pos``: start after
+        the last GTID this server applied, here from the start of the primary's binlog)."""
+        if primary.server_id == self.server_id:
+            raise ServerError("a replica needs a server_id of its own")
+        self._query(
+            "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
+            "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos",
+            (primary.host, primary.port, primary.user, primary.password),
+        )
+        self._query("SET GLOBAL read_only = ON")
+        self._query("START SLAVE")
+
+    def wait_for_gtid(self, pos: str, timeout_s: float = 30.0) -> None:
+        """Until this replica has applied up to the GTID position ``pos``
+        (https://mariadb.com/kb/en/master_gtid_wait/: 0 once reached, -1 on timeout)."""
+        res = self._query("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout_s))
+        if res is None or int(res[0]) != 0:
+            raise ServerError(f"the replica did not reach GTID {pos} in {timeout_s}s")
+
+    def pause_replication(self) -> None:
+        """Stop applying the primary's transactions (``STOP SLAVE``): the replica falls behind."""
+        self._query("STOP SLAVE")
+
+    def promote(self) -> None:
+        """Make this replica a primary: stop replicating, forget the old primary, accept
+        writes (https://mariadb.com/kb/en/reset-slave/)."""
+        self._query("STOP SLAVE")
+        self._query("RESET SLAVE ALL")
+        self._query("SET GLOBAL read_only = OFF")
 
 
 def _postgres_bindir() -> Path:

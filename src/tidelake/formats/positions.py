@@ -23,6 +23,9 @@ first delivery, before it can reach a watermark:
   file number is the binlog name's numeric extension, at most ``0x7FFFFFFF`` (MySQL
   ``sql/binlog.cc`` ``MAX_LOG_UNIQUE_FN_EXT``); ``pos`` is the 4-byte ``log_pos`` of the v4
   event header (mysql-binlog-connector-java ``EventHeaderV4.nextPosition``), below 2^32.
+  After a failover tidelake's capture leads its positions with a server epoch
+  ``EPOCH_BASE + e`` (``capture/gtid.py``: 2^32 + e, above every file number, so they sort
+  after every earlier position); the file number and offset then follow it.
 * **PostgreSQL LSN** (Debezium ``source.lsn``/``sequence``, tidelake's own capture): a
   ``long`` in Debezium (``io.debezium.connector.postgresql.connection.Lsn``, ``valueOf(Long)``),
   so below 2^63 (an LSN there would be 8 EiB of WAL).
@@ -34,6 +37,7 @@ Positions in the past are never refused: old events are what replays and snapsho
 
 from __future__ import annotations
 
+from tidelake.capture.gtid import EPOCH_BASE
 from tidelake.errors import DecodeError
 from tidelake.events import ChangeEvent
 from tidelake.formats._common import Decoded
@@ -90,6 +94,8 @@ def implausible(event: ChangeEvent, *, arrived_ms: int) -> str | None:
                 f"{_ahead(physical, arrived_ms)} after the message's arrival"
             )
     elif event.source in _BINLOG_SOURCES and len(parts) >= 2:
+        if event.source == "mysql" and parts[0] >= EPOCH_BASE and len(parts) >= 3:
+            parts = parts[1:]  # our capture after a failover: (epoch, file, offset, row)
         if parts[0] > MAX_BINLOG_FILE:
             return f"binlog file number {parts[0]} is above MySQL's largest ({MAX_BINLOG_FILE})"
         if parts[1] > MAX_BINLOG_POS:

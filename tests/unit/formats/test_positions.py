@@ -128,3 +128,20 @@ def test_commit_time_ahead_of_arrival_from_our_capture_is_refused(field: str) ->
         "the message's arrival"
     )
     assert expected == _reason(payload)
+
+
+def test_our_capture_positions_after_a_failover_pass_and_are_checked_past_the_epoch() -> None:
+    """After a failover the capture leads positions with ``EPOCH_BASE + epoch``
+    (``capture/gtid.py``): accepted, and the binlog file and offset after it still checked."""
+    from tidelake.capture.gtid import EPOCH_BASE
+    from tidelake.events import Position
+
+    def ours(*parts: int) -> bytes:
+        return _canal(None, position=Position(parts).encode(), source="mysql")
+
+    assert _reason(ours(EPOCH_BASE + 1, 3, 4096, 0)) is None
+    assert _reason(ours(EPOCH_BASE + 2, 3, 4096, 0, 1)) is None  # a key change's UPDATE half
+    assert _reason(ours(EPOCH_BASE + 1, 3, 2**32, 0)) == (
+        "implausible_position: shop.orders: binlog position 4294967296 does not fit the "
+        "4-byte log_pos"
+    )
