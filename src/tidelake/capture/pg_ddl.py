@@ -235,9 +235,11 @@ def installed(cur: Any) -> bool:
     )
     if int(cur.fetchone()[0]) != 2:
         return False
+    # From the catalogs, which every role reads (to_regprocedure needs USAGE on the schema).
     cur.execute(
-        "SELECT obj_description(to_regprocedure(%s), 'pg_proc')",
-        (f"{SCHEMA}.ddl_log_end()",),
+        "SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p JOIN pg_namespace n "
+        "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = 'ddl_log_end'",
+        (SCHEMA,),
     )
     row = cur.fetchone()
     return bool(row and row[0] == VERSION)

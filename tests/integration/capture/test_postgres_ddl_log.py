@@ -106,3 +106,56 @@ def test_table_ddl_reaches_the_stream_in_order(
         )
         assert 0 == cur.fetchone()[0]
     conn.close()
+
+
+def test_a_superuser_installs_once_then_every_role_is_logged_and_never_failed(
+    postgres: PostgresServer,
+) -> None:
+    """Installing needs a superuser (CREATE EVENT TRIGGER): a plain role is refused with the
+    reason; once installed, the plain role finds it and needs nothing more. DDL run by any role
+    is logged (SECURITY DEFINER), and a broken log warns instead of failing the user's DDL."""
+    import psycopg2
+
+    admin = postgres.connect()
+    with admin.cursor() as cur:
+        cur.execute(pg_ddl.UNINSTALL_SQL)
+        cur.execute("CREATE ROLE tl_app LOGIN; CREATE SCHEMA priv AUTHORIZATION tl_app")
+    app = psycopg2.connect(host=postgres.host, port=postgres.port, user="tl_app",
+                           dbname="postgres")  # fmt: skip
+    app.autocommit = True
+    try:
+        with pytest.raises(pg_ddl.DdlLogError, match="superuser"):
+            pg_ddl.install(app)
+        assert pg_ddl.install(admin) is True
+        assert pg_ddl.install(app) is False  # found at this version: nothing to do
+        with admin.cursor() as cur:  # the grants docs/capture.md names for later runs
+            cur.execute(
+                "GRANT USAGE ON SCHEMA tidelake TO tl_app; "
+                "GRANT SELECT, DELETE ON tidelake.ddl_log TO tl_app; "
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON tidelake.ddl_publications TO tl_app"
+            )
+        pg_ddl.follow_publication(app, "tl_priv", ["priv.*"])
+        pg_ddl.follow_publication(app, "tl_priv", ["priv.*", "other.*"])
+        pg_ddl.DdlLog().housekeeping(lambda q, p: app.cursor().execute(q, p))
+        with app.cursor() as cur:
+            cur.execute("DELETE FROM tidelake.ddl_log WHERE id <= 0")
+        with app.cursor() as cur:
+            cur.execute("CREATE TABLE priv.a (id int PRIMARY KEY)")
+            cur.execute("DROP TABLE priv.a")
+        with admin.cursor() as cur:
+            cur.execute("ALTER TABLE tidelake.ddl_names RENAME TO ddl_names_away")
+        with app.cursor() as cur:
+            cur.execute("CREATE TABLE priv.b (id int PRIMARY KEY)")  # the log fails: no error
+            assert any("tidelake ddl log" in n for n in app.notices)
+        with admin.cursor() as cur:
+            cur.execute("ALTER TABLE tidelake.ddl_names_away RENAME TO ddl_names")
+            cur.execute("SELECT action, table_name FROM tidelake.ddl_log ORDER BY id")
+            assert [("create", "a"), ("drop", "a")] == cur.fetchall()
+            cur.execute("SELECT to_regclass('priv.b') IS NOT NULL")
+            assert cur.fetchone()[0]
+    finally:
+        app.close()
+        with admin.cursor() as cur:
+            cur.execute(pg_ddl.UNINSTALL_SQL)
+            cur.execute("DROP OWNED BY tl_app; DROP ROLE tl_app")
+        admin.close()
