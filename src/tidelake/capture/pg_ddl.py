@@ -350,9 +350,10 @@ def follow_publication(conn: Any, publication: str, patterns: Sequence[str] | No
         )
 
 
-def is_log(namespace: str, name: str) -> bool:
-    """Whether a relation is the DDL log table (never published as a table)."""
-    return namespace == SCHEMA and name == LOG_TABLE
+def is_internal(namespace: str, name: str) -> bool:
+    """Whether a relation is one of the DDL log's own tables: never captured as a table, even
+    when ``capture.tables`` patterns match the ``tidelake`` schema."""
+    return namespace == SCHEMA and name in (LOG_TABLE, NAMES_TABLE, PUBLICATIONS_TABLE)
 
 
 def _simple(name: str) -> str:

@@ -43,8 +43,10 @@ from psycopg2 import sql
 from tidelake.capture import pg_ddl, pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
+from tidelake.capture.incremental import IncrementalSnapshots
 from tidelake.capture.keys import KeyChoice, TableShape, resolve_key
 from tidelake.capture.pgoutput import RelationInfo
+from tidelake.capture.postgres_chunks import SNAPSHOT_PREFIX, PostgresChunks
 from tidelake.capture.runner import CaptureError, Sink, SourceUnavailableError
 from tidelake.capture.snapshot import SnapshotBar, SnapshotProgress, read_chunks
 from tidelake.capture.tables import TableFilter
@@ -173,6 +175,12 @@ class PostgresSource:
         # whose publication holds the outbox table only.
         self._ddl_log = pg_ddl.DdlLog() if cfg.ddl_log and not cfg.outbox else None
         self._ddl_log_relid: int | None = None
+        # Incremental snapshots (capture/incremental.py): the engine, its chunk reader, the
+        # staging store holding snapshot requests, the xid of the transaction streamed.
+        self._snap: IncrementalSnapshots | None = None
+        self._chunks: PostgresChunks | None = None
+        self._staging: Any = None
+        self._txn_xid = 0
 
     # -- connections ------------------------------------------------------------------------
 
@@ -219,6 +227,10 @@ class PostgresSource:
             return list(cur.fetchall()) if cur.description else []
 
     def close(self) -> None:
+        if self._snap is not None:
+            self._snap.close()
+        if self._chunks is not None:
+            self._chunks.close()
         if self._ctl is not None and not self._ctl.closed:
             self._ctl.close()
 
@@ -514,6 +526,89 @@ class PostgresSource:
         log.warning("table added to the capture while streaming: its earlier rows are read "
                     "only by a snapshot", table=table_id)  # fmt: skip
 
+    # -- incremental snapshots (capture/incremental.py) -------------------------------------
+
+    def attach_staging(self, storage: Any) -> None:
+        """The staging store holding snapshot requests (the runner's)."""
+        self._staging = storage
+        if self._snap is not None:
+            self._snap.storage = storage
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """Incremental snapshots per table (heartbeat ``"snapshot"``)."""
+        return self._snap.snapshot_status() if self._snap is not None else {"tables": {}}
+
+    def snapshot_saved(self, state: dict[str, Any]) -> None:
+        """``state`` is saved: delete the snapshot requests it holds (the runner calls it)."""
+        if self._snap is not None:
+            self._snap.confirmed(state.get("incremental") or {})
+
+    def queue_snapshot(self, table: str) -> bool:
+        """Snapshot ``table`` (``schema.table``) incrementally, from the stream's next tick."""
+        return self._snap is not None and self._snap.request(table)
+
+    def _captured_ids(self) -> set[str]:
+        return {
+            shape.table_id
+            for shape in self.table_shapes().values()
+            if resolve_key(self.cfg, shape).skipped is None
+            and not pg_ddl.is_log(*shape.table_id.split(".", 1))
+        }
+
+    def _start_incremental(self, state: dict[str, Any] | None) -> None:
+        if self.cfg.outbox:
+            return  # the outbox routes events; it has no tables to snapshot
+        self._chunks = PostgresChunks(self)
+        self._snap = IncrementalSnapshots(
+            self._chunks,
+            workers=self.cfg.snapshot_workers,
+            chunk_rows=self.cfg.chunk_rows,
+            captured=lambda table: table in self._captured_ids(),
+        )
+        self._snap.storage = self._staging
+        saved = (state or {}).get("incremental")
+        fresh = state is None or state.get("phase") != "streaming" or saved is None
+        self._snap.load(saved, self._captured_ids(), fresh=fresh)
+
+    def _snapshot_tick(self, sink: Sink, settled: int) -> bool:
+        """At a transaction boundary (or idle), ``settled`` the end of the last commit
+        streamed: emit the chunks the stream passed at ``(settled - 1, seq)``, after every
+        commit streamed and before the next one (whose commit LSN is at least ``settled``);
+        True when something was emitted (the module doc of capture/incremental.py)."""
+        snap, chunks = self._snap, self._chunks
+        if snap is None or chunks is None:
+            return False
+        ready = snap.tick(chunks.commits)
+        if not ready:
+            return False
+        now = int(time.time() * 1000)
+        for result in ready:
+            rel = result.meta
+            chunks.markers.discard(result.watermark.token)
+            for _key, data in result.rows:
+                sink.put(
+                    self.encoder.row(
+                        database=rel.namespace, table=rel.name, pk=rel.pk, kind="INSERT",
+                        data=data, old=None, types=rel.types,
+                        position=Position((settled - 1, snap.next_seq())), commit_ts_ms=now,
+                    )
+                )  # fmt: skip
+            snap.emitted(result)
+        return True
+
+    def _record_change(
+        self, rel: RelationInfo, message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete
+    ) -> None:
+        """A streamed change of a table being snapshotted: its key(s), for the chunks."""
+        assert self._snap is not None
+        names = [c[0] for c in rel.columns]
+        for values in (getattr(message, "new", None), getattr(message, "old", None)):
+            if values is None:
+                continue
+            row = dict(zip(names, values, strict=True))
+            if all(c in row and row[c] is not pgoutput.UNCHANGED for c in rel.pk):
+                self._snap.changed(rel.table_id, tuple(row[c] for c in rel.pk), self._txn_xid)
+
     def _slot_lsn(self) -> int | None:
         rows = self._query(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
@@ -547,6 +642,7 @@ class PostgresSource:
         if state is not None:
             self._skipped.update(state.get("skipped") or {})
         self.ensure_publication()
+        self._start_incremental(state)
         self._install_ddl_log()
         if state is not None:
             self._relations = {
@@ -684,6 +780,8 @@ class PostgresSource:
         }
         if progress is not None:
             state["snapshot"] = progress.to_dict()
+        if self._snap is not None:
+            state["incremental"] = self._snap.state()
         return state
 
     def _snapshot(
@@ -845,6 +943,8 @@ class PostgresSource:
                             self._ddl_log.housekeeping(self._query)
                         except psycopg2.Error as exc:
                             log.warning("ddl log housekeeping failed", error=str(exc).strip())
+                    if idle and until is None and self._snapshot_tick(sink, settled):
+                        sink.resume(self._state("streaming", settled))
                     selectlib.select([conn], [], [], POLL_S)
                     continue
                 message = pgoutput.decode(msg.payload)
@@ -853,6 +953,9 @@ class PostgresSource:
                     if until is not None and txn.final_lsn >= until:
                         continue  # streamed again from ``until`` once the snapshot is read
                     settled = message.end_lsn
+                    if until is None and self._chunks is not None:
+                        self._chunks.committed(self._txn_xid)
+                        self._snapshot_tick(sink, settled)
                     state = (
                         self._state("streaming", settled)
                         if until is None
@@ -862,6 +965,7 @@ class PostgresSource:
                     continue
                 if isinstance(message, pgoutput.Begin):
                     txn = _Txn(True, message.final_lsn, message.commit_ts_ms)
+                    self._txn_xid = message.xid
                     continue
                 if isinstance(message, pgoutput.LogicalMessage):
                     if (
@@ -870,6 +974,16 @@ class PostgresSource:
                         and not message.transactional
                     ):
                         return
+                    if (
+                        message.prefix == SNAPSHOT_PREFIX
+                        and not message.transactional
+                        and until is None
+                        and self._chunks is not None
+                    ):
+                        # A chunk read ended (capture/postgres_chunks.py); outside a txn.
+                        self._chunks.markers.add(message.content.decode())
+                        if not txn.open and self._snapshot_tick(sink, settled):
+                            sink.resume(self._state("streaming", settled))
                     continue
                 if until is not None and txn.final_lsn >= until:
                     continue
@@ -922,6 +1036,9 @@ class PostgresSource:
                 return
             if not self._captured(rel):
                 return
+            snap = self._snap
+            if snap is not None and rel.table_id in snap.active:
+                self._record_change(rel, message)
             sink.put(self._row(rel, message, txn))
             self.rows += 1
 
@@ -929,7 +1046,7 @@ class PostgresSource:
         return (
             bool(rel.pk)
             and self.filter(rel.namespace, rel.name)
-            and not pg_ddl.is_log(rel.namespace, rel.name)
+            and not pg_ddl.is_internal(rel.namespace, rel.name)
         )
 
     def _ddl_logged(self, message: pgoutput.Insert, txn: _Txn, sink: Sink) -> None:

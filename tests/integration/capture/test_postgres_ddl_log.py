@@ -159,3 +159,36 @@ def test_a_superuser_installs_once_then_every_role_is_logged_and_never_failed(
             cur.execute(pg_ddl.UNINSTALL_SQL)
             cur.execute("DROP OWNED BY tl_app; DROP ROLE tl_app")
         admin.close()
+
+
+def test_ddl_while_the_capture_is_down_arrives_even_with_its_log_rows_deleted(
+    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """Log rows are read from the WAL, not from the table: a DROP and a RENAME made while the
+    capture is stopped, whose log rows were then deleted (another capture's housekeeping),
+    still reach the stream when it resumes from its saved position."""
+    conn = postgres.connect()
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE SCHEMA down; CREATE TABLE down.a (id int PRIMARY KEY); "
+            "CREATE TABLE down.b (id int PRIMARY KEY); INSERT INTO down.a VALUES (1)"
+        )
+    run = CaptureRun(
+        tmp_path / "capture", nats.url, postgres.dsn, ["down.*"],
+        capture={"slot": "tl_down", "publication": "tl_down", "heartbeat_s": 0.5,
+                 "ddl_log": True},
+    ).start()  # fmt: skip
+    _caught_up(postgres, run)
+    run.process.stop()
+    with conn.cursor() as cur:
+        cur.execute("DROP TABLE down.a")
+        cur.execute("ALTER TABLE down.b RENAME TO c")
+        cur.execute("DELETE FROM tidelake.ddl_log")
+    run.start()
+    _caught_up(postgres, run)
+    run.process.stop()
+    ddl = [e.ddl for e in decoded(stream_messages(nats.url)) if e.op is Op.DDL]
+    assert ["DROP TABLE down.a", "ALTER TABLE down.b RENAME TO c"] == ddl
+    with conn.cursor() as cur:
+        cur.execute(pg_ddl.UNINSTALL_SQL)
+    conn.close()

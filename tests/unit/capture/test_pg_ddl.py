@@ -194,3 +194,13 @@ def test_the_removal_documented_is_the_one_the_code_knows() -> None:
         assert f"tidelake.{name}" in pg_ddl.UNINSTALL_SQL
     for table in (pg_ddl.LOG_TABLE, pg_ddl.NAMES_TABLE, pg_ddl.PUBLICATIONS_TABLE):
         assert f"tidelake.{table}" in pg_ddl.UNINSTALL_SQL
+
+
+def test_the_logs_own_tables_are_internal_the_outbox_is_not() -> None:
+    """``tidelake.ddl_log``, ``ddl_names`` and ``ddl_publications`` are never captured as
+    tables, whatever ``capture.tables`` says; the outbox table in the same schema is not
+    one of them."""
+    for table in ("ddl_log", "ddl_names", "ddl_publications"):
+        assert pg_ddl.is_internal("tidelake", table)
+    assert not pg_ddl.is_internal("tidelake", "outbox")
+    assert not pg_ddl.is_internal("shop", "ddl_log")
