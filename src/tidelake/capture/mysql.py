@@ -353,6 +353,7 @@ class MySQLSource:
         # met only by its binlog rows) and every table the filter takes now (capture/keys.py).
         self._skipped.update((state or {}).get("skipped") or {})
         self.captured_tables()
+        self._prefer_saved_server(state)
         if not self.server:
             self.probe()
         if state is not None:
@@ -516,6 +517,26 @@ class MySQLSource:
                 return
             if not _same_server(previous, self.server):
                 gtid_start = self._switch_server(previous)
+
+    def _prefer_saved_server(self, state: dict[str, Any] | None) -> None:
+        """After a failover the saved state names the server it moved to: a restarted
+        capture goes back there first (``capture.source`` may be the old primary, come back
+        without the transactions written since)."""
+        address = ((state or {}).get("server") or {}).get("address")
+        if not address or address == f"{self.dsn.host}:{self.dsn.port}":
+            return
+        for dsn in self.candidates:
+            if f"{dsn.host}:{dsn.port}" == address:
+                try:
+                    conn = self.connect(at=dsn)
+                except SourceUnavailableError:
+                    return
+                if self._ctl is not None:
+                    with contextlib.suppress(Exception):
+                        self._ctl.close()
+                self._ctl, self.dsn = conn, dsn
+                self.probe()
+                return
 
     def _reconnect(self, stop: threading.Event) -> None:
         """Connect to the server in use or a failover source, retrying up to the timeout."""
