@@ -19,6 +19,7 @@ from gtidkit import ROWS, capture_run, fail_over, run_writer, setup_table, topol
 
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.gtid import EPOCH_BASE, MariaPos, epoch_of
+from tidelake.capture.position import PositionStore
 from tidelake.capture.servers import MariaDBServer
 from tidelake.events import Op
 
@@ -103,3 +104,42 @@ def test_replica_lacking_published_transactions_is_refused(
     state = run.position()
     assert state is not None
     assert state["gtid"] == published  # nothing saved past it
+
+
+def test_a_diverged_server_is_refused_by_its_own_gtid_check(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """A saved position read on another server whose last GTID (``0-7-3``) this server's
+    binlog does not hold, although it has higher sequence numbers (a diverged history): the
+    per-domain check passes, the server itself refuses the GTID start in strict mode (MariaDB
+    10.11 here: error 1236 "... not in the master's binlog ... diverged"), and the capture
+    stops saying so instead of streaming from elsewhere."""
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS dv")
+        cur.execute("CREATE TABLE dv.t (id int PRIMARY KEY)")
+        cur.execute("INSERT INTO dv.t VALUES (1), (2), (3), (4)")
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    conn.close()
+    assert not MariaPos.parse("0-7-3").missing_on(MariaPos.parse(mariadb.gtid_binlog_pos()))
+    run = capture_run(tmp_path, nats, mariadb, mariadb)
+    PositionStore(run.config.capture_position_file).save(
+        {
+            "source": "mysql",
+            "phase": "streaming",
+            "binlog": {"file": file, "pos": pos},
+            "gtid": "0-7-3",
+            "server": {"address": "127.0.0.1:1", "server_id": 7},
+            "epoch": 0,
+            "flavor": "mariadb",
+        }
+    )
+    run.start()
+    deadline = time.monotonic() + 60
+    while run.process.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not run.process.alive()
+    log = run.process.log_tail(80)
+    assert "refused to resume after GTID position 0-7-3" in log
+    assert "not in the master's binlog" in log
