@@ -10,6 +10,13 @@ commit event, which is also the resume point saved once that commit is acknowled
 restart computes exactly the same positions (and message ids) again. A DDL statement is its
 own transaction: ``(file, offset, 0)``.
 
+GTID positions and failover (``capture/gtid.py``, docs/capture.md "Positions and failover"):
+the saved state also holds the GTID position at that boundary, the server it was read on
+and a server epoch. On another server of the topology (``capture.failover_sources``, or
+``capture.source`` pointed at a new primary) the stream resumes by GTID after checking the
+server has every transaction published; positions read there lead with ``2^32 + epoch`` so
+they sort after every earlier one.
+
 Server settings checked before anything is read: ``log_bin`` ON, ``binlog_format=ROW``,
 ``binlog_row_image=FULL`` (full before and after images: a lake upsert needs the whole row)
 and ``binlog_row_metadata=FULL`` (column names, signedness and primary key in the binlog
@@ -119,6 +126,8 @@ class MySQLSource:
         self.filter = TableFilter(cfg.tables)
         self.encoder = CanalEncoder("mysql", f"mysql:{dsn.host}:{dsn.port}")
         self._tables: dict[tuple[str, str], TableInfo | None] = {}
+        #: Rendered column types by binlog column list (``_emit_rows``).
+        self._event_types: dict[int, tuple[Any, dict[str, str], dict[str, str]]] = {}
         self._ctl: pymysql.connections.Connection[Any] | None = None
         self._warned: set[str] = set()
         self._skipped: dict[str, str] = {}
@@ -896,9 +905,17 @@ class MySQLSource:
                 self._note_skip(f"{database}.{table}", "no primary key and the table is gone")
             return row_index + len(rows)
         schema_types = info.types if info else {}
-        types = {
-            c.name: column_type(schema_types.get(c.name), binlog_type(c)) for c in event.columns
-        }
+        # The same table map (capture/binlog_table_maps.py) and schema give the same types:
+        # computed once, and one mapping object lets the encoder reuse its sqlType too.
+        columns = event.columns
+        known = self._event_types.get(id(columns))
+        if known is not None and known[0] is columns and known[1] is schema_types:
+            types = known[2]
+        else:
+            types = {c.name: column_type(schema_types.get(c.name), binlog_type(c)) for c in columns}
+            if len(self._event_types) >= 1024:
+                self._event_types.clear()
+            self._event_types[id(columns)] = (columns, schema_types, types)
         snap = self._snap
         recording = snap is not None and f"{database}.{table}" in snap.active
         if isinstance(event, WriteRowsEvent):
