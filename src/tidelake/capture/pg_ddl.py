@@ -11,10 +11,13 @@ a new relation. So the capture installs, in its own ``tidelake`` schema:
   ``rename``), the command tag, the table's OID, schema and name, the old schema and name of a
   rename, the columns (name, ``format_type`` text, type OID, type modifier) and primary key of a
   created or renamed table, the statement text (``current_query()``) and ``txid_current()``;
-* ``tidelake.ddl_names``: OID → schema and name of every ordinary or partitioned table, kept by
-  the triggers, so that an ``ALTER TABLE`` whose table changed its name (``RENAME TO``, ``SET
-  SCHEMA``) is told from one that did not (``pg_event_trigger_ddl_commands()`` gives only the
-  new identity);
+* ``tidelake.ddl_names``: OID → schema and name of every ordinary or partitioned table (not
+  the partitions: the capture takes a partitioned table as one), kept by the triggers, so that
+  an ``ALTER TABLE`` whose table changed its name (``RENAME TO``, ``SET SCHEMA``) is told from
+  one that did not (``pg_event_trigger_ddl_commands()`` gives only the new identity), and a
+  dropped partition from a dropped table;
+* ``tidelake.ddl_publications``: the capture publications the triggers add a new keyed table
+  of ``capture.tables`` to, in the DDL's own transaction (:func:`follow_publication`);
 * two event triggers (PostgreSQL manual, "Event Triggers"): ``tidelake_ddl_end`` on
   ``ddl_command_end`` for ``CREATE TABLE``, ``CREATE TABLE AS``, ``SELECT INTO`` and ``ALTER
   TABLE`` reads ``pg_event_trigger_ddl_commands()``; ``tidelake_ddl_drop`` on ``sql_drop``
@@ -67,7 +70,7 @@ PUBLICATIONS_TABLE = "ddl_publications"
 END_TRIGGER = "tidelake_ddl_end"
 DROP_TRIGGER = "tidelake_ddl_drop"
 #: Bumped whenever the installed SQL changes: an older installation is replaced at start.
-VERSION = "tidelake ddl log 2"
+VERSION = "tidelake ddl log 3"
 #: Seconds between two deletes of confirmed log rows.
 HOUSEKEEPING_S = 60.0
 
@@ -96,7 +99,7 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.{NAMES_TABLE} (
 );
 INSERT INTO {SCHEMA}.{NAMES_TABLE}
 SELECT c.oid, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
+WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't' AND NOT c.relispartition
   AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '{SCHEMA}')
 ON CONFLICT (relid) DO UPDATE SET schema_name = excluded.schema_name,
                                   table_name = excluded.table_name;
@@ -158,7 +161,8 @@ BEGIN
                WHERE object_type = 'table' AND NOT in_extension LOOP
         SELECT n.nspname, c.relname INTO nsp, rel FROM pg_class c
           JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE c.oid = cmd.objid AND c.relkind IN ('r', 'p') AND c.relpersistence <> 't';
+         WHERE c.oid = cmd.objid AND c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
+           AND NOT c.relispartition;
         CONTINUE WHEN nsp IS NULL OR nsp = '{SCHEMA}';
         SELECT * INTO known FROM {SCHEMA}.{NAMES_TABLE} WHERE relid = cmd.objid;
         IF cmd.command_tag <> 'ALTER TABLE' THEN
@@ -194,10 +198,13 @@ BEGIN
     FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects()
                WHERE object_type = 'table' AND NOT is_temporary
                  AND schema_name IS DISTINCT FROM '{SCHEMA}' LOOP
+        -- Only a table the names knew: a partition (never tracked, as it is no table of
+        -- its own for the capture) is gone from the catalog and could not be told apart.
+        DELETE FROM {SCHEMA}.{NAMES_TABLE} WHERE relid = obj.objid;
+        CONTINUE WHEN NOT FOUND;
         INSERT INTO {SCHEMA}.{LOG_TABLE} (action, command_tag, relid, schema_name, table_name,
             statement)
         VALUES ('drop', tg_tag, obj.objid, obj.schema_name, obj.object_name, current_query());
-        DELETE FROM {SCHEMA}.{NAMES_TABLE} WHERE relid = obj.objid;
     END LOOP;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'tidelake ddl log: % (%)', SQLERRM, SQLSTATE;

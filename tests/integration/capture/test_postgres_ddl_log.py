@@ -192,3 +192,26 @@ def test_ddl_while_the_capture_is_down_arrives_even_with_its_log_rows_deleted(
     with conn.cursor() as cur:
         cur.execute(pg_ddl.UNINSTALL_SQL)
     conn.close()
+
+
+def test_partitions_are_not_tables_of_their_own_in_the_log(postgres: PostgresServer) -> None:
+    """A partitioned table is logged as one table; creating, renaming and dropping one of its
+    partitions logs nothing (the capture takes the partitioned table, not its partitions)."""
+    conn = postgres.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(pg_ddl.UNINSTALL_SQL)
+            cur.execute("CREATE SCHEMA part")
+            pg_ddl.install(conn)
+            cur.execute(
+                "CREATE TABLE part.p (id int, d date, PRIMARY KEY (id, d)) PARTITION BY RANGE (d); "
+                "CREATE TABLE part.p1 PARTITION OF part.p "
+                "FOR VALUES FROM ('2024-01-01') TO ('2025-01-01'); "
+                "ALTER TABLE part.p1 RENAME TO p1x; DROP TABLE part.p1x; DROP TABLE part.p"
+            )
+            cur.execute("SELECT action, table_name FROM tidelake.ddl_log ORDER BY id")
+            assert [("create", "p"), ("drop", "p")] == cur.fetchall()
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(pg_ddl.UNINSTALL_SQL)
+        conn.close()
