@@ -12,7 +12,10 @@ changed, the server sends a new Relation message; the capture compares it with t
 knew (kept in the position file, so the comparison survives restarts) and emits an
 ALTER-equivalent DDL event (``ADD COLUMN``, ``DROP COLUMN``, ``ALTER COLUMN ... TYPE``,
 ``RENAME COLUMN``, ``RENAME TO``) just before that change. The DDL therefore arrives in order
-with the rows around it, positioned at the first change that uses the new schema.
+with the rows around it, positioned at the first change that uses the new schema. A dropped
+table sends nothing: with ``capture.ddl_log`` event triggers log CREATE, DROP and RENAME of
+tables into a table streamed with the rows (capture/pg_ddl.py, which says which path owns
+which DDL).
 
 TRUNCATE becomes a TRUNCATE DDL event. An idle captured database would keep the slot's WAL
 forever; every ``capture.heartbeat_s`` an idle capture writes a transactional logical message
@@ -416,10 +419,16 @@ class PostgresSource:
 
     def _publication_owner(self) -> tuple[bool, bool] | None:
         """(exists managed by the capture, publishes every table) or None when missing."""
+        # FOR TABLES IN SCHEMA (and its catalog pg_publication_namespace) came in PostgreSQL 15.
+        schemas = (
+            "OR EXISTS (SELECT 1 FROM pg_publication_namespace s WHERE s.pnpubid = p.oid) "
+            if int(self._query("SHOW server_version_num")[0][0]) >= 150000
+            else ""
+        )
         rows = self._query(
             "SELECT obj_description(p.oid, 'pg_publication'), p.puballtables "
-            "OR EXISTS (SELECT 1 FROM pg_publication_namespace s WHERE s.pnpubid = p.oid) "
-            "FROM pg_publication p WHERE p.pubname = %s",
+            + schemas
+            + "FROM pg_publication p WHERE p.pubname = %s",
             (self.cfg.publication,),
         )
         if not rows:
@@ -552,7 +561,7 @@ class PostgresSource:
             shape.table_id
             for shape in self.table_shapes().values()
             if resolve_key(self.cfg, shape).skipped is None
-            and not pg_ddl.is_log(*shape.table_id.split(".", 1))
+            and not pg_ddl.is_internal(*shape.table_id.split(".", 1))
         }
 
     def _start_incremental(self, state: dict[str, Any] | None) -> None:
