@@ -358,7 +358,7 @@ def capture_health_families(prefix: str, info: Mapping[str, Any] | None) -> Iter
     )
     running = GaugeMetricFamily(
         f"{prefix}_snapshot_running",
-        "1 while the table's snapshot is queued or running, else 0",
+        "1 while the table's snapshot is running (not queued, not done), else 0",
         labels=["table"],
     )
     by_state = dict.fromkeys(SNAPSHOT_STATES, 0)
@@ -374,7 +374,7 @@ def capture_health_families(prefix: str, info: Mapping[str, Any] | None) -> Iter
         at = _number(t.get("updated_ms")) or _number(t.get("started_ms"))
         if at is not None:
             updated.add_metric([table], at / 1000)
-        running.add_metric([table], int(state in ("queued", "running")))
+        running.add_metric([table], int(state == "running"))
     yield from (done, total, chunks, updated, running)
     states = GaugeMetricFamily(
         f"{prefix}_snapshot_tables", "Tables per snapshot state", labels=["state"]

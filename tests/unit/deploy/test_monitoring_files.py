@@ -161,8 +161,8 @@ def test_dashboard_is_valid_grafana_json() -> None:
 
 
 def test_dashboard_covers_what_operators_watch() -> None:
-    """Panels for freshness, throughput, commit duration, DLQ depth, paused tables and
-    whether each process is up."""
+    """Panels for freshness, throughput, commit duration, DLQ depth, paused tables,
+    whether each process is up, and the capture's lag, retained WAL and snapshot progress."""
     exprs = " ".join(e for _, e in dashboard_queries())
     wanted = [
         "tidelake_table_freshness_seconds",
@@ -173,6 +173,11 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "tidelake_process_up",
         'up{job=~"tidelake.*"}',
         "tidelake_main_loop_age_seconds",
+        "tidelake_capture_slot_lag_bytes",
+        "tidelake_capture_retained_wal_bytes",
+        "tidelake_capture_binlog_lag_bytes",
+        "tidelake_capture_behind_seconds",
+        "tidelake_capture_snapshot_rows_done",
     ]
     assert [] == [w for w in wanted if w not in exprs]
 
