@@ -183,3 +183,43 @@ def test_source_keeps_accepting_update_and_delete_and_keyless_tables_follow_conf
         assert len(fold(events, "kl.whole")) == 3
     finally:
         run.process.stop()
+
+
+def test_a_publication_the_user_made_is_used_as_it_is(
+    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """A publication the capture did not create is never altered: its captured tables are
+    streamed, a matched table outside it and a keyless table in it are reported as skipped
+    with the reason (the keyless one's UPDATEs were refused by PostgreSQL before tidelake
+    started: the user's publication, not the capture, did that)."""
+    _sql(
+        postgres,
+        "CREATE SCHEMA up",
+        "CREATE TABLE up.inpub (id int PRIMARY KEY, v text)",
+        "CREATE TABLE up.outside (id int PRIMARY KEY, v text)",
+        "CREATE TABLE up.nokey (a int, b text)",
+        "CREATE PUBLICATION users_pub FOR TABLE up.inpub, up.nokey",
+    )
+    run = CaptureRun(
+        tmp_path / "capture", nats.url, postgres.dsn, ["up.*"],
+        capture={"slot": "tl_up", "publication": "users_pub", "heartbeat_s": 0.5},
+    ).start()  # fmt: skip
+    try:
+        run.wait_until(lambda s: s["phase"] == "streaming", 60)
+        _sql(
+            postgres,
+            "INSERT INTO up.inpub VALUES (1, 'x')",
+            "INSERT INTO up.outside VALUES (1, 'y')",
+        )
+        time.sleep(2.5)  # one publication sync at least
+        _caught_up(postgres, run)
+        assert _published(postgres, "users_pub") == {"up.inpub", "up.nokey"}
+        state = run.position()
+        assert state is not None
+        assert set(state["skipped"]) == {"up.outside", "up.nokey"}
+        assert "ALTER PUBLICATION users_pub ADD TABLE" in state["skipped"]["up.outside"]
+        assert "no primary key" in state["skipped"]["up.nokey"]
+        tables = {e.table_id for e in decoded(stream_messages(nats.url))}
+        assert tables == {"up.inpub"}
+    finally:
+        run.process.stop()
