@@ -160,15 +160,78 @@ def mysql_set(text: str | None) -> GtidSet:
         raise GtidError(f"not a MySQL GTID set: {text!r}: {exc}") from exc
 
 
+class MySQLExecuted:
+    """A MySQL executed GTID set grown one transaction at a time: the capture adds the GTID
+    of every committed transaction, so this keeps closed intervals per ``server_uuid`` and
+    extends the last one in place (the library's ``GtidSet + Gtid`` deep-copies the set:
+    about 170 us a transaction, measured here). Text as MySQL prints it: ``uuid:1-5:7``."""
+
+    def __init__(self, text: str | None = None) -> None:
+        self._sets: dict[str, list[list[int]]] = {}
+        self._text: str | None = None
+        for item in "".join((text or "").split()).split(","):
+            if not item:
+                continue
+            sid, *ranges = item.split(":")
+            if not ranges:
+                raise GtidError(f"not a MySQL GTID set: {text!r}")
+            for r in ranges:
+                first, _, last = r.partition("-")
+                try:
+                    a, b = int(first), int(last or first)
+                except ValueError as exc:
+                    raise GtidError(f"not a MySQL GTID set: {text!r}") from exc
+                if not sid or not 1 <= a <= b:
+                    raise GtidError(f"not a MySQL GTID set: {text!r}")
+                self._insert(sid.lower(), a, b)
+
+    def add(self, gtid: str) -> None:
+        """Add the transaction ``uuid:n``."""
+        sid, _, gno = gtid.rpartition(":")
+        try:
+            number = int(gno)
+        except ValueError as exc:
+            raise GtidError(f"not a MySQL GTID: {gtid!r}") from exc
+        if not sid or number < 1:
+            raise GtidError(f"not a MySQL GTID: {gtid!r}")
+        self.add_gno(sid, number)
+
+    def add_gno(self, sid: str, gno: int) -> None:
+        intervals = self._sets.get(sid)
+        if intervals is None:
+            sid = sid.lower()
+            intervals = self._sets.setdefault(sid, [])
+        self._text = None
+        if intervals and intervals[-1][1] + 1 == gno:
+            intervals[-1][1] = gno  # the common case: the next transaction of that server
+        elif not (intervals and intervals[-1][0] <= gno <= intervals[-1][1]):
+            self._insert(sid, gno, gno)
+
+    def _insert(self, sid: str, a: int, b: int) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted([*self._sets.get(sid, []), [a, b]]):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._sets[sid] = merged
+        self._text = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = ",".join(
+                sid + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in intervals)
+                for sid, intervals in sorted(self._sets.items())
+                if intervals
+            )
+        return self._text
+
+
 def mysql_added(executed: str | None, gtid: str) -> str:
     """``executed`` with the transaction ``uuid:n`` added, as text."""
-    from pymysqlreplication.gtid import Gtid
-
-    try:
-        one = Gtid(gtid)
-    except Exception as exc:
-        raise GtidError(f"not a MySQL GTID: {gtid!r}: {exc}") from exc
-    return str(mysql_set(executed) + one)
+    out = MySQLExecuted(executed)
+    out.add(gtid)
+    return str(out)
 
 
 def mysql_contains(outer: str | None, inner: str | None) -> bool:

@@ -144,6 +144,7 @@ class MySQLSource:
         self._gtid: str | None = None
         self._pending_gtid: str | None = None
         self._known_gtid: dict[BinlogPoint, str] = {}
+        self._executed: gtids.MySQLExecuted | None = None
         self._base: BinlogPoint | None = None
         # Incremental snapshots (capture/incremental.py): the engine, the mark of the
         # transaction being streamed, the staging store holding snapshot requests.
@@ -445,7 +446,11 @@ class MySQLSource:
         if pending is None or not self.gtid_mode or self._gtid is None:
             return
         if self.flavor == "mysql":
-            self._gtid = gtids.mysql_added(self._gtid, pending)
+            # Parsed once, then grown in place: this runs at every commit.
+            if self._executed is None or str(self._executed) != self._gtid:
+                self._executed = gtids.MySQLExecuted(self._gtid)
+            self._executed.add(pending)
+            self._gtid = str(self._executed)
         else:
             domain = pending.split("-", 1)[0] + "-"
             kept = [g for g in self._gtid.split(",") if g and not g.startswith(domain)]

@@ -9,6 +9,7 @@ from tidelake.capture.gtid import (
     GtidError,
     MariaGtid,
     MariaPos,
+    MySQLExecuted,
     epoch_of,
     mysql_added,
     mysql_contains,
@@ -91,3 +92,24 @@ def test_epoch_positions_sort_after_every_earlier_position() -> None:
     assert old_max.encode() < first_new.encode() < later.encode()
     assert [0, 1, 2] == [epoch_of(p.parts) for p in (old_max, first_new, later)]
     assert EPOCH_BASE + 1 == first_new.parts[0]
+
+
+def test_mysql_executed_set_grown_in_place_matches_the_library() -> None:
+    """The capture's per-commit tracker gives the same text as python-mysql-replication's
+    ``GtidSet + Gtid`` for transactions in order, out of order and of new servers; one
+    already in the set leaves it unchanged."""
+    from pymysqlreplication.gtid import Gtid, GtidSet
+
+    tracker = MySQLExecuted(f"{U1}:1-3:7")
+    reference = GtidSet(f"{U1}:1-3:7")
+    for gtid in [f"{U1}:4", f"{U1}:5", f"{U1}:6", f"{U2}:2", f"{U2}:1", f"{U1}:20"]:
+        tracker.add(gtid)
+        reference = reference + Gtid(gtid)
+        assert str(reference) == str(tracker)
+    tracker.add(f"{U1}:6")  # already in: the library raises, the set is unchanged
+    assert f"{U1}:1-7:20,{U2}:1-2" == str(tracker)
+    for bad in ["", f"{U1}:0", f"{U1}:x"]:
+        with pytest.raises(GtidError):
+            tracker.add(bad)
+    with pytest.raises(GtidError):
+        MySQLExecuted(f"{U1}:5-3")
