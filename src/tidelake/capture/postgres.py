@@ -331,9 +331,10 @@ class PostgresSource:
         )
         return [int(r[0]) for r in cur.fetchall()]
 
-    def table_shapes(self) -> dict[int, TableShape]:
-        """relid → shape of every table ``capture.tables`` takes (what :func:`resolve_key`
-        needs: columns, NOT NULL columns, primary key, replica identity and its columns)."""
+    def table_shapes(self, only: int | None = None) -> dict[int, TableShape]:
+        """relid → shape of every table ``capture.tables`` takes (``only``: of that table),
+        what :func:`resolve_key` needs: columns, NOT NULL columns, primary key, replica
+        identity and its columns."""
         rows = self._query(
             "SELECT c.oid, n.nspname, c.relname, c.relreplident, "
             "array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
@@ -349,7 +350,8 @@ class PostgresSource:
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition "
             "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-            "AND n.nspname NOT LIKE 'pg\\_%'"
+            "AND n.nspname !~ '^pg_'" + (" AND c.oid = %s" if only is not None else ""),
+            (only,) if only is not None else None,
         )
         shapes: dict[int, TableShape] = {}
         for relid, nsp, name, ident, cols, not_null, pk, index_cols in rows:
@@ -374,7 +376,7 @@ class PostgresSource:
         return choice.key
 
     def table_shapes_one(self, relid: int) -> TableShape | None:
-        return self.table_shapes().get(relid)
+        return self.table_shapes(relid).get(relid)
 
     def _note_skip(self, table_id: str, reason: str | None) -> None:
         if reason is None:
