@@ -54,9 +54,11 @@ def _stage_as_the_stager(lake: Lake, events: list[ChangeEvent]) -> None:
 def test_dropped_and_renamed_tables_end_so_in_the_lake(
     postgres: PostgresServer, nats: EmbeddedNats, lake: Lake, tmp_path: Path
 ) -> None:
-    """Snapshot, then rows, a DROP TABLE and an ALTER TABLE ... RENAME TO with rows after it:
-    the dropped table is gone from the lake (files and catalog), the renamed one holds the
-    source's rows under its new name only, the untouched one equals the source."""
+    """Snapshot, then rows, a DROP TABLE, an ALTER TABLE ... RENAME TO with rows after it, and
+    a DROP followed by a CREATE of the same name with other columns: the dropped table is gone
+    from the lake (files and catalog), the renamed one holds the source's rows under its new
+    name only, the re-created one holds only its new rows and columns, the untouched one
+    equals the source."""
     conn = postgres.connect()
     with conn.cursor() as cur:
         cur.execute(
@@ -64,6 +66,8 @@ def test_dropped_and_renamed_tables_end_so_in_the_lake(
             "CREATE TABLE lk.keep (id int PRIMARY KEY, v text); "
             "CREATE TABLE lk.dropme (id int PRIMARY KEY, v text); "
             "CREATE TABLE lk.old_name (id int PRIMARY KEY, v text); "
+            "CREATE TABLE lk.again (id int PRIMARY KEY, v text); "
+            "INSERT INTO lk.again SELECT g, 'a' || g FROM generate_series(1, 20) g; "
             "INSERT INTO lk.keep SELECT g, 'k' || g FROM generate_series(1, 20) g; "
             "INSERT INTO lk.dropme SELECT g, 'd' || g FROM generate_series(1, 20) g; "
             "INSERT INTO lk.old_name SELECT g, 'r' || g FROM generate_series(1, 20) g"
@@ -88,12 +92,18 @@ def test_dropped_and_renamed_tables_end_so_in_the_lake(
         cur.execute("UPDATE lk.new_name SET v = 'after rename' WHERE id > 15")
         cur.execute("DELETE FROM lk.new_name WHERE id = 10")
         cur.execute("INSERT INTO lk.keep VALUES (21, 'k21')")
+        cur.execute("DROP TABLE lk.again")
+        cur.execute("CREATE TABLE lk.again (id int PRIMARY KEY, amount numeric(10,2))")
+        cur.execute("INSERT INTO lk.again VALUES (100, 1.50), (101, 2.25)")
     _caught_up(postgres, run)
     run.process.stop()
     rest = [e for e in decoded(stream_messages(nats.url)) if e.seq > max(e.seq for e in first)]
-    assert ["DROP TABLE lk.dropme", "ALTER TABLE lk.old_name RENAME TO new_name"] == [
-        e.ddl for e in rest if e.op is Op.DDL
-    ]
+    assert [
+        "DROP TABLE lk.dropme",
+        "ALTER TABLE lk.old_name RENAME TO new_name",
+        "DROP TABLE lk.again",
+        "CREATE TABLE lk.again (id integer, amount numeric(10,2), PRIMARY KEY (id))",
+    ] == [e.ddl for e in rest if e.op is Op.DDL]
     _stage_as_the_stager(lake, rest)
     assert {} == lake.ingest().refused
 
@@ -104,4 +114,7 @@ def test_dropped_and_renamed_tables_end_so_in_the_lake(
         source = postgres_rows(conn, table, ["id"])
         in_lake = {(str(r["id"]),): {"id": str(r["id"]), "v": r["v"]} for r in lake.rows(table)}
         assert source == in_lake, table
+    again = lake.rows("lk.again")
+    assert [(100, "1.50"), (101, "2.25")] == [(r["id"], str(r["amount"])) for r in again]
+    assert "v" not in again[0]
     conn.close()
