@@ -291,6 +291,7 @@ class MySQLSource:
             )
             pk = tuple(str(r[0]) for r in cur.fetchall())
         if not cols:
+            self._skipped.pop(f"{database}.{table}", None)  # dropped: nothing to skip
             return None
         names = [str(c[0]) for c in cols]
         # The key the table is captured with (capture/keys.py); () = skipped, reason noted.
@@ -311,6 +312,9 @@ class MySQLSource:
                 "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
             )
             names = [(str(d), str(t)) for d, t in cur.fetchall()]
+        # A table skipped before (saved state) and gone since is no longer reported.
+        for gone in set(self._skipped) - {f"{d}.{t}" for d, t in names}:
+            self._skipped.pop(gone, None)
         out = []
         for database, table in names:
             if not self.filter(database, table):
