@@ -569,7 +569,9 @@ class PostgresSource:
     def _start_incremental(self, state: dict[str, Any] | None) -> None:
         if self.cfg.outbox:
             return  # the outbox routes events; it has no tables to snapshot
-        self._chunks = PostgresChunks(self)
+        self._chunks = PostgresChunks(
+            self, PostgresSource(self.cfg, self.dsn), output_text, quote_ident
+        )
         self._snap = IncrementalSnapshots(
             self._chunks,
             workers=self.cfg.snapshot_workers,
@@ -652,9 +654,11 @@ class PostgresSource:
             install_outbox(self._control(), self.filter)
         if state is not None:
             self._skipped.update(state.get("skipped") or {})
-        self.ensure_publication()
-        self._start_incremental(state)
+        # The DDL log first: the publication sync must know it, or it would take the log out.
         self._install_ddl_log()
+        self.ensure_publication()
+        self._publish_ddl_log()
+        self._start_incremental(state)
         if state is not None:
             self._relations = {
                 int(k): RelationInfo.from_dict(int(k), v)
@@ -698,8 +702,8 @@ class PostgresSource:
         self._stream(point, sink, stop)
 
     def _install_ddl_log(self) -> None:
-        """With ``capture.ddl_log``: the event triggers and their log table installed, and the
-        log in the publication (capture/pg_ddl.py)."""
+        """With ``capture.ddl_log``: the event triggers and their log table installed
+        (capture/pg_ddl.py)."""
         if self._ddl_log is None:
             if not self.cfg.outbox:
                 log.info(
@@ -711,6 +715,14 @@ class PostgresSource:
             pg_ddl.install(self._control())
         except pg_ddl.DdlLogError as exc:
             raise CaptureError(str(exc)) from exc
+        self._ddl_log_relid = int(
+            self._query("SELECT %s::regclass::oid", (f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}",))[0][0]
+        )
+
+    def _publish_ddl_log(self) -> None:
+        """The DDL log in the publication, and the triggers told which tables join it."""
+        if self._ddl_log is None:
+            return
         owner = self._publication_owner()
         if owner is not None and not owner[0]:  # the user's publication: never altered
             published = self._query(
@@ -730,9 +742,6 @@ class PostgresSource:
             # A keyed table created in capture.tables joins the publication in its CREATE's
             # own transaction (capture/pg_ddl.py), before the sync here would see it.
             pg_ddl.follow_publication(self._control(), self.cfg.publication, self.filter.patterns)
-        self._ddl_log_relid = int(
-            self._query("SELECT %s::regclass::oid", (f"{pg_ddl.SCHEMA}.{pg_ddl.LOG_TABLE}",))[0][0]
-        )
 
     def _resume_snapshot(self, state: dict[str, Any], sink: Sink, stop: threading.Event) -> None:
         """An interrupted snapshot: catch up the slot to a new snapshot, then read the rest.

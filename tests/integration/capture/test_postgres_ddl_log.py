@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capturekit import CaptureRun, decoded, stream_messages
@@ -173,6 +174,17 @@ def test_a_superuser_installs_once_then_every_role_is_logged_and_never_failed(
         admin.close()
 
 
+def _log_membership(conn: Any, publication: str) -> int:
+    """The ``pg_publication_rel`` row that puts the DDL log into ``publication``."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT r.oid FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid "
+            "WHERE p.pubname = %s AND r.prrelid = 'tidelake.ddl_log'::regclass",
+            (publication,),
+        )
+        return int(cur.fetchone()[0])
+
+
 def test_ddl_while_the_capture_is_down_arrives_even_with_its_log_rows_deleted(
     postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
 ) -> None:
@@ -192,6 +204,7 @@ def test_ddl_while_the_capture_is_down_arrives_even_with_its_log_rows_deleted(
     ).start()  # fmt: skip
     _caught_up(postgres, run)
     run.process.stop()
+    membership = _log_membership(conn, "tl_down")
     with conn.cursor() as cur:
         cur.execute("DROP TABLE down.a")
         cur.execute("ALTER TABLE down.b RENAME TO c")
@@ -199,6 +212,9 @@ def test_ddl_while_the_capture_is_down_arrives_even_with_its_log_rows_deleted(
     run.start()
     _caught_up(postgres, run)
     run.process.stop()
+    # The restart never took the log out of the publication (a DDL in that moment would be
+    # lost): the same pg_publication_rel row holds it.
+    assert membership == _log_membership(conn, "tl_down")
     ddl = [e.ddl for e in decoded(stream_messages(nats.url)) if e.op is Op.DDL]
     assert ["DROP TABLE down.a", "ALTER TABLE down.b RENAME TO c"] == ddl
     with conn.cursor() as cur:
