@@ -378,7 +378,13 @@ class MySQLSource:
             start = (str(state["binlog"]["file"]), int(state["binlog"]["pos"]))
             gtid_start = None
             if not _same_server(state.get("server"), self.server):
-                gtid_start = self._switch_server(state.get("server"))
+                try:
+                    gtid_start = self._switch_server(state.get("server"))
+                except ServerBehindError:
+                    # Another server may have everything (or the saved one come back).
+                    gtid_start = self._reconnect(stop, state.get("server"))
+                    if stop.is_set():
+                        return
             self._stream_failover(start, sink, stop, gtid_start)
             return
         if state is not None and not _same_server(state.get("server"), self.server):
@@ -497,7 +503,7 @@ class MySQLSource:
                 missing = gtids.MariaPos.parse(self._gtid).missing_on(gtids.MariaPos.parse(have))
                 lacking = "; ".join(missing)
         if lacking:
-            raise CaptureError(
+            raise ServerBehindError(
                 f"{where} lacks transactions the capture already published from {was} "
                 f"({lacking}): it is behind or diverged. Resuming there would lose them in the "
                 "lake (or keep rows the source no longer has); refused. Wait until it has "
@@ -529,12 +535,11 @@ class MySQLSource:
                 log.warning("binlog connection lost", error=str(exc))
             if self._base is not None:
                 start, gtid_start = self._base, None
-            previous = self.server
-            self._reconnect(stop)
+            switched = self._reconnect(stop, self.server)
             if stop.is_set():
                 return
-            if not _same_server(previous, self.server):
-                gtid_start = self._switch_server(previous)
+            if switched is not None:
+                gtid_start = switched
 
     def _prefer_saved_server(self, state: dict[str, Any] | None) -> None:
         """After a failover the saved state names the server it moved to: a restarted
@@ -556,21 +561,44 @@ class MySQLSource:
                 self.probe()
                 return
 
-    def _reconnect(self, stop: threading.Event) -> None:
-        """Connect to the server in use or a failover source, retrying up to the timeout."""
+    def _reconnect(self, stop: threading.Event, previous: dict[str, Any] | None) -> str | None:
+        """Find a server to go on from: the one in use, else ``capture.source`` and the
+        failover sources in order, round after round up to ``capture.failover_timeout_s``.
+        The server ``previous`` itself: None (resume by binlog point). Another one: the GTID
+        position to resume from, once it has every transaction published (one behind may
+        catch up, or the old server come back: a blip must not end the capture). Raises the
+        last reason when time is up."""
         if self._ctl is not None:
             with contextlib.suppress(Exception):
                 self._ctl.close()
             self._ctl = None
         deadline = time.monotonic() + self.cfg.failover_timeout_s
+        home = self.dsn
+        problem: Exception = SourceUnavailableError("no server to try")
         while not stop.is_set():
-            try:
-                self.probe()
-                return
-            except SourceUnavailableError:
-                if time.monotonic() >= deadline:
-                    raise
-                stop.wait(0.5)
+            for dsn in [home, *(d for d in self.candidates if d != home)]:
+                try:
+                    self._ctl = self.connect(at=dsn)
+                    if dsn != self.dsn:
+                        log.warning("capture source switched", was=self.dsn.redacted(),
+                                    now=dsn.redacted())  # fmt: skip
+                        self.dsn = dsn
+                    self.probe()
+                    if _same_server(previous, self.server):
+                        return None
+                    return self._switch_server(previous)
+                except (SourceUnavailableError, ServerBehindError) as exc:
+                    problem = exc
+                except pymysql.err.OperationalError as exc:  # gone between connect and probe
+                    problem = SourceUnavailableError(f"{dsn.redacted()}: {exc}")
+                if self._ctl is not None:
+                    with contextlib.suppress(Exception):
+                        self._ctl.close()
+                    self._ctl = None
+            if time.monotonic() >= deadline:
+                raise problem
+            stop.wait(0.5)
+        return None
 
     def open_snapshot(self) -> tuple[pymysql.connections.Connection[Any], BinlogPoint]:
         """A transaction seeing exactly the state at a binlog point, and that point."""
@@ -806,7 +834,7 @@ class MySQLSource:
         return self._snap is not None and self._snap.request(table)
 
     def _start_incremental(self, state: dict[str, Any] | None) -> None:
-        self._chunks = MySQLChunks(self)
+        self._chunks = MySQLChunks(self, MySQLSource(self.cfg, self.dsn), file_number)
         tables = {t.table_id for t in self.captured_tables()}
         self._snap = IncrementalSnapshots(
             self._chunks,
@@ -1044,6 +1072,10 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value or "")
+
+
+class ServerBehindError(CaptureError):
+    """The server lacks transactions the capture already published (behind or diverged)."""
 
 
 #: Client error codes of a server gone: cannot connect, server gone away, lost connection.

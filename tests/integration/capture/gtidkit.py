@@ -49,9 +49,14 @@ def setup_table(primary: MariaDBServer, replica: MariaDBServer) -> None:
 
 
 def capture_run(
-    tmp: Path, nats: EmbeddedNats, primary: MariaDBServer, replica: MariaDBServer
+    tmp: Path,
+    nats: EmbeddedNats,
+    primary: MariaDBServer,
+    replica: MariaDBServer,
+    timeout_s: float = 30,
 ) -> CaptureRun:
-    """The capture of ``fo.*`` on the primary, the replica as its failover source."""
+    """The capture of ``fo.*`` on the primary, the replica as its failover source
+    (``capture.failover_timeout_s`` = ``timeout_s``)."""
     return CaptureRun(
         tmp / "capture",
         nats.url,
@@ -60,7 +65,7 @@ def capture_run(
         password=primary.password,
         capture={
             "failover_sources": [f"mysql://127.0.0.1:{replica.port}/"],
-            "failover_timeout_s": 30,
+            "failover_timeout_s": timeout_s,
         },
     )
 

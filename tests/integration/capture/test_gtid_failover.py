@@ -82,10 +82,11 @@ def test_replica_lacking_published_transactions_is_refused(
 ) -> None:
     """The replica stops applying; the primary commits more, which the capture publishes;
     the primary dies and the replica is promoted. The capture must not resume there (it would
-    lose what it already published): it stops with an error naming the missing GTIDs."""
+    lose what it already published): it waits ``capture.failover_timeout_s`` for a server
+    that has them (none comes), then stops with an error naming the missing GTIDs."""
     primary, replica = servers
     setup_table(primary, replica)
-    run = capture_run(tmp_path, nats, primary, replica).start()
+    run = capture_run(tmp_path, nats, primary, replica, timeout_s=3).start()
     run.wait_until(lambda s: s["phase"] == "streaming", 60)
     replica.pause_replication()
     run_writer(primary, seed=9, seconds=1.0, next_id=ROWS + 1)

@@ -4,11 +4,13 @@ tests/integration/capture/test_gtid_failover.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tidelake.capture.dsn import parse_dsn
 from tidelake.capture.mysql import MySQLSource, _failover_dsn, _same_server
-from tidelake.capture.runner import CaptureError
+from tidelake.capture.runner import CaptureError, SourceUnavailableError
 from tidelake.config import CaptureConfig
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -83,3 +85,75 @@ def test_another_server_is_refused_without_a_gtid_position() -> None:
     src.gtid_mode = True
     with pytest.raises(CaptureError, match="holds no GTID"):
         src._switch_server({"address": "db0:3306"})
+
+
+class _Conn:
+    open = True
+
+    def close(self) -> None:
+        self.open = False
+
+
+def test_reconnect_waits_for_a_behind_server_to_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lost server stays down; the failover source lacks transactions at first (a
+    replica still applying): the capture keeps trying, round after round, and resumes there
+    by GTID once it has them, instead of failing on the first look."""
+    import threading
+
+    from tidelake.capture import mysql
+
+    src = _source(failover_sources=["mysql://db2:3306/"], failover_timeout_s=10)
+    looks = []
+
+    def connect(*, at: object = None, **_: object) -> _Conn:
+        if getattr(at, "host", "") == "db1":
+            raise SourceUnavailableError("db1 down")
+        return _Conn()
+
+    def probe() -> None:
+        src.server = {"address": f"{src.dsn.host}:{src.dsn.port}", "server_id": 2}
+
+    def switch(previous: object) -> str:
+        looks.append(previous)
+        if len(looks) < 3:
+            raise mysql.ServerBehindError("behind")
+        return "0-1-5"
+
+    monkeypatch.setattr(src, "connect", connect)
+    monkeypatch.setattr(src, "probe", probe)
+    monkeypatch.setattr(src, "_switch_server", switch)
+    monkeypatch.setattr("tidelake.capture.mysql.time.monotonic", itertools.count(0, 1).__next__)
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda _s: False)
+    assert "0-1-5" == src._reconnect(stop, {"address": "db1:3306", "server_id": 1})
+    assert 3 == len(looks)
+    assert "db2" == src.dsn.host
+
+
+def test_reconnect_gives_up_after_the_timeout_with_the_last_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failover source that never catches up: after ``failover_timeout_s`` the capture
+    stops with the reason (the missing transactions), not a generic error."""
+    import threading
+
+    from tidelake.capture import mysql
+
+    src = _source(failover_sources=["mysql://db2:3306/"], failover_timeout_s=5)
+
+    def connect(*, at: object = None, **_: object) -> _Conn:
+        if getattr(at, "host", "") == "db1":
+            raise SourceUnavailableError("db1 down")
+        return _Conn()
+
+    def switch(_previous: object) -> str:
+        raise mysql.ServerBehindError("db2 lacks transactions")
+
+    monkeypatch.setattr(src, "connect", connect)
+    monkeypatch.setattr(src, "probe", lambda: setattr(src, "server", {"address": "db2:3306"}))
+    monkeypatch.setattr(src, "_switch_server", switch)
+    monkeypatch.setattr("tidelake.capture.mysql.time.monotonic", itertools.count(0, 2).__next__)
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda _s: False)
+    with pytest.raises(mysql.ServerBehindError, match="db2 lacks transactions"):
+        src._reconnect(stop, {"address": "db1:3306", "server_id": 1})
