@@ -151,6 +151,11 @@ def test_keyless_table_skipped_and_visible_and_configured_key_follows_the_source
         tables = {t["table"]: t for t in json.loads(status.stdout)["tables"]}
         assert tables["kl.nokey"]["state"] == "skipped"
         assert "no primary key" in tables["kl.nokey"]["skipped_reason"]
+        plain = subprocess.run(
+            [*tidelake_argv("status"), "-c", str(run.config_path)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert "skipped kl.nokey: no primary key" in plain.stdout, plain.stdout
     finally:
         run.process.stop()
 
