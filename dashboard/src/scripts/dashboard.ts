@@ -378,9 +378,12 @@ function render(s: Json): void {
     .map(
       ([name, p]: [string, Json]) => `<tr><td>${esc(name)}</td>
         <td data-state="${p.up ? "healthy" : "down"}">${p.up ? "up" : "down"}</td>
-        <td>${esc(p.state)}</td><td>${secs(p.heartbeat_age_s)}</td><td>${esc(p.pid ?? "-")}</td></tr>`,
+        <td>${esc(p.state)}</td><td data-testid="activity-${esc(name)}">${esc(p.activity ?? "-")}</td>
+        <td>${secs(p.heartbeat_age_s)}</td><td>${esc(p.pid ?? "-")}</td></tr>`,
     )
     .join("");
+
+  renderCapture(s.capture ?? null);
 
   $("errors").innerHTML = s.errors.length
     ? s.errors
@@ -389,6 +392,63 @@ function render(s: Json): void {
     : `<li class="muted">none</li>`;
 
   renderTablePage();
+}
+
+function bytes(v: number | null | undefined): string {
+  if (v === null || v === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(v) >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return i === 0 ? `${Math.round(v)} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+/** tidelake's own capture: its lag (capture/lag.py), snapshot progress and skipped tables. */
+function renderCapture(c: Json | null): void {
+  const box = $("capture");
+  box.hidden = c === null;
+  if (c === null) return;
+  const lag: Json = c.lag ?? {};
+  const postgres = c.source === "postgres";
+  $("capture-source").textContent = `${c.source ?? "?"} · ${c.phase ?? "?"}`;
+  $("capture-behind").textContent = secs(lag.seconds);
+  $("capture-lag-label").textContent = postgres ? "slot lag" : "binlog lag";
+  $("capture-lag-bytes").textContent = bytes(lag.bytes);
+  const retained = $("capture-retained");
+  retained.textContent = postgres ? bytes(lag.retained_wal_bytes) : "-";
+  // wal_status unreserved/lost: the server removes WAL the slot needs (pg_replication_slots).
+  const atRisk = lag.wal_status === "unreserved" || lag.wal_status === "lost";
+  retained.dataset.state = atRisk ? "down" : "";
+  $("capture-gtid").textContent = lag.gtid_behind === null || lag.gtid_behind === undefined ? "-" : num(lag.gtid_behind);
+  const note: string[] = [];
+  if (lag.error) note.push(`lag unknown: ${lag.error}`);
+  if (lag.wal_status) note.push(`slot wal_status ${lag.wal_status}`);
+  if (lag.safe_wal_size !== null && lag.safe_wal_size !== undefined) note.push(`safe WAL size ${bytes(lag.safe_wal_size)}`);
+  if (lag.at_ms) note.push(`measured ${clock(lag.at_ms)}`);
+  $("capture-note").textContent = note.join(" · ");
+
+  const snaps = Object.entries((c.snapshot?.tables ?? {}) as Json);
+  $("capture-snapshots-box").hidden = snaps.length === 0;
+  $("capture-snapshots-body").innerHTML = snaps
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([table, t]: [string, Json]) => {
+      const total = t.rows_total;
+      const pct = total ? `${Math.min(100, Math.round((100 * (t.rows_done ?? 0)) / total))} %` : "-";
+      return `<tr data-testid="snapshot-${esc(table)}"><td>${esc(table)}</td>
+        <td data-state="${t.state === "failed" ? "down" : t.state === "done" ? "healthy" : "catching_up"}">${esc(t.state)}</td>
+        <td>${num(t.rows_done)}</td><td>${num(total)}</td><td>${pct}</td><td>${num(t.chunks_done)}</td>
+        <td>${clock(t.updated_ms)}</td></tr>`;
+    })
+    .join("");
+
+  const skipped = Object.entries((c.skipped ?? {}) as Json);
+  const list = $("capture-skipped");
+  list.hidden = skipped.length === 0;
+  list.innerHTML = skipped
+    .map(([table, reason]) => `<li data-testid="skipped-${esc(table)}">skipped ${esc(table)}: ${esc(reason)}</li>`)
+    .join("");
 }
 
 /** The table page's current state (from the last status). */

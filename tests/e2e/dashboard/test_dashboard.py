@@ -223,6 +223,50 @@ def test_healthy_pipeline_shows_fresh_tables_and_no_banner(
     assert screenshot(page, "healthy").stat().st_size > 10_000
 
 
+def test_the_capture_card_shows_lag_snapshots_and_skipped_tables_and_a_long_commit(
+    page: Page, site: Callable[..., Site]
+) -> None:
+    """A capture heartbeat with slot lag, retained WAL, a running snapshot and a skipped
+    table (issue 22, lag and health) appears as the capture card: behind, slot lag and
+    retained WAL in units, the slot's wal_status, the snapshot's rows and percentage, the
+    skipped table's reason. An ingest heartbeat of a round committing for 40 s (a long
+    commit: lake/round_beat.py) keeps the ingest up and says what it commits."""
+    s = site({"shop.orders": 3})
+    now = int(time.time() * 1000)
+    s.commit("shop.orders", 3, now - 2_000)
+    s.beat()
+    write_heartbeat(
+        s.lake_state, "ingest", "applying", cursor=0, paused=[],
+        round={"started_ms": now - 41_000, "phase": "committing",
+               "committing": {"shop.orders": now - 40_000}},
+    )  # fmt: skip
+    write_heartbeat(
+        s.stage_state, "capture", "running", source="postgres", phase="streaming",
+        lag={"bytes": 3 * 1024 * 1024, "retained_wal_bytes": 5 * 1024**3, "seconds": 12.0,
+             "gtid_behind": None, "wal_status": "extended", "safe_wal_size": None,
+             "at_ms": now},
+        snapshot={"tables": {"shop.big": {"state": "running", "rows_done": 250, "rows_total": 1000,
+                                          "chunks_done": 3, "started_ms": now - 60_000,
+                                          "updated_ms": now - 1_000}}},
+        skipped={"shop.nokey": "no primary key (capture.keyless: skip)"},
+    )  # fmt: skip
+    _open(page, s.url)
+    card = page.get_by_test_id("capture")
+    expect(card).to_be_visible()
+    expect(page.get_by_test_id("capture-source")).to_have_text("postgres · streaming")
+    expect(page.get_by_test_id("capture-behind")).to_have_text("12 s")
+    expect(page.get_by_test_id("capture-lag-bytes")).to_have_text("3.0 MiB")
+    expect(page.get_by_test_id("capture-retained")).to_have_text("5.0 GiB")
+    expect(page.get_by_test_id("capture-note")).to_contain_text("slot wal_status extended")
+    snapshot = page.get_by_test_id("snapshot-shop.big")
+    expect(snapshot).to_contain_text("running")
+    expect(snapshot).to_contain_text("25 %")
+    expect(page.get_by_test_id("skipped-shop.nokey")).to_contain_text("no primary key")
+    expect(page.get_by_test_id("activity-ingest")).to_contain_text("committing shop.orders for 4")
+    expect(page.get_by_test_id("processes")).not_to_contain_text("down")
+    assert screenshot(page, "capture").stat().st_size > 10_000
+
+
 def test_stale_table_raises_the_stale_banner(page: Page, site: Callable[..., Site]) -> None:
     """A table whose newest applied change is 10 minutes old while messages wait for it:
     the table is stale and a banner names it."""
