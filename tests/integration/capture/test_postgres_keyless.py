@@ -223,3 +223,50 @@ def test_a_publication_the_user_made_is_used_as_it_is(
         assert tables == {"up.inpub"}
     finally:
         run.process.stop()
+
+
+def test_the_capture_runs_as_a_role_that_is_not_superuser(
+    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """The privileges docs/capture.md lists are enough: LOGIN REPLICATION, CREATE on the
+    database, owning the captured tables (ALTER PUBLICATION ... ADD TABLE needs it) and SELECT;
+    a matched table the role does not own is skipped with PostgreSQL's reason, and its
+    changes keep working."""
+    _sql(
+        postgres,
+        "CREATE ROLE tl_capture LOGIN REPLICATION",
+        "GRANT CREATE ON DATABASE postgres TO tl_capture",
+        "CREATE SCHEMA np",
+        "GRANT USAGE ON SCHEMA np TO tl_capture",
+        "CREATE TABLE np.mine (id int PRIMARY KEY, v text)",
+        "ALTER TABLE np.mine OWNER TO tl_capture",
+        "CREATE TABLE np.theirs (id int PRIMARY KEY, v text)",
+        "GRANT SELECT ON np.theirs TO tl_capture",
+        "INSERT INTO np.mine VALUES (1, 'a')",
+        "INSERT INTO np.theirs VALUES (1, 'b')",
+    )
+    dsn = postgres.dsn.replace(f"//{postgres.user}@", "//tl_capture@")
+    run = CaptureRun(
+        tmp_path / "capture", nats.url, dsn, ["np.*"],
+        capture={"slot": "tl_np", "publication": "tl_np", "heartbeat_s": 0.5},
+    ).start()  # fmt: skip
+    try:
+        run.wait_until(lambda s: s["phase"] == "streaming", 60)
+        _sql(
+            postgres,
+            "UPDATE np.mine SET v = 'a2'",
+            "UPDATE np.theirs SET v = 'b2'",
+            "DELETE FROM np.theirs",
+        )
+        _caught_up(postgres, run)
+        assert _published(postgres, "tl_np") == {"np.mine"}
+        state = run.position()
+        assert state is not None
+        assert "must be owner of table theirs" in state["skipped"]["np.theirs"]
+        events = decoded(stream_messages(nats.url))
+        assert {e.table_id for e in events} == {"np.mine"}
+        assert "" == row_differences(
+            _source_rows(postgres, "np.mine", ["id"]), fold(events, "np.mine")
+        )
+    finally:
+        run.process.stop()
