@@ -144,3 +144,53 @@ def test_a_diverged_server_is_refused_by_its_own_gtid_check(
     log = run.process.log_tail(80)
     assert "refused to resume after GTID position 0-7-3" in log
     assert "not in the master's binlog" in log
+
+
+def test_source_pointed_at_another_server_resumes_there_by_gtid(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """A saved position read on another server (the old primary, now gone from the config)
+    and ``capture.source`` naming this one: the capture checks this server has the saved
+    GTID, resumes right after it (server epoch 1), and publishes exactly the rows written
+    after that transaction — none before it."""
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS fo")
+        cur.execute("CREATE TABLE fo.rp (id int PRIMARY KEY, v int)")
+        cur.execute("INSERT INTO fo.rp VALUES (1, 1), (2, 2)")
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        saved_gtid = mariadb.gtid_binlog_pos()
+        cur.execute("INSERT INTO fo.rp VALUES (3, 3)")
+        cur.execute("UPDATE fo.rp SET v = 20 WHERE id = 2")
+    run = capture_run(tmp_path, nats, mariadb, mariadb)
+    PositionStore(run.config.capture_position_file).save(
+        {
+            "source": "mysql",
+            "phase": "streaming",
+            "binlog": {"file": "binlog.000042", "pos": 4},  # the old server's: meaningless here
+            "gtid": saved_gtid,
+            "server": {"address": "127.0.0.1:1", "server_id": 9},
+            "epoch": 2,
+            "flavor": "mariadb",
+        }
+    )
+    run.start()
+    with conn.cursor() as cur:
+        cur.execute("DELETE FROM fo.rp WHERE id = 1")
+    target = mariadb.gtid_binlog_pos()
+    run.wait_until(lambda s: s.get("gtid") == target, 30)
+    state = run.position()
+    assert state is not None
+    assert (state["epoch"], state["server"]["address"]) == (3, f"127.0.0.1:{mariadb.port}")
+    assert state["binlog"]["file"] == file
+    assert state["binlog"]["pos"] > pos
+    run.process.stop()
+    events = [e for e in decoded(stream_messages(nats.url)) if e.table_id == "fo.rp"]
+    assert [(e.op, (e.key or {}).get("id")) for e in events] == [
+        (Op.INSERT, "3"),
+        (Op.UPDATE, "2"),
+        (Op.DELETE, "1"),
+    ]
+    assert {epoch_of(e.position.parts) for e in events} == {3}
+    conn.close()
