@@ -413,6 +413,11 @@ class LogRow:
             statement=text("statement"),
         )
 
+    @property
+    def name(self) -> tuple[str, str]:
+        """(schema, table) after the DDL."""
+        return self.schema, self.table
+
     def relation(self) -> RelationInfo:
         """The table as the log saw it right after the DDL (the same OIDs and modifiers a
         later Relation message carries, so the Relation path finds nothing changed)."""
@@ -494,12 +499,16 @@ class DdlLog:
             return [DdlEvent("ERASE", f"DROP TABLE {qualified(rel.namespace, rel.name)}", rel)]
         if row.action == "rename":
             empty = RelationInfo(row.relid, row.schema, row.table, [], {}, ())
-            new = row.relation() if row.columns else moved(known or empty, row.schema, row.table)
+            logged = row.relation() if row.columns else moved(known or empty, *row.name)
+            # The columns the capture knew stay: a column changed in the same transaction
+            # before the rename is still derived from the next Relation message.
+            base = known or logged
             old = moved(
-                known or new,
+                base,
                 row.old_schema or (known.namespace if known else row.schema),
                 row.old_table or (known.name if known else row.table),
             )
+            new = moved(base, *row.name)
             relations[row.relid] = new
             was, now = captured(old), captured(new)
             if was and now:
@@ -507,8 +516,10 @@ class DdlLog:
                 return [DdlEvent("RENAME", sql, new)]
             if was:
                 return [DdlEvent("ERASE", f"DROP TABLE {qualified(old.namespace, old.name)}", old)]
-            if now:
-                return [DdlEvent("CREATE", create_statement(new), new, needs_snapshot=True)]
+            if captured(logged):
+                # New to the lake: created as the table is now.
+                relations[row.relid] = logged
+                return [DdlEvent("CREATE", create_statement(logged), logged, needs_snapshot=True)]
             return []
         log.warning("unknown ddl log action", action=row.action, id=row.id)
         return []

@@ -68,19 +68,26 @@ def test_table_ddl_reaches_the_stream_in_order(
         cur.execute("INSERT INTO dl.gone VALUES ('k2', 8, NULL)")
         cur.execute("INSERT INTO dl.t VALUES (1)")
         cur.execute("TRUNCATE dl.t")
+        # A column added before a rename in one transaction: the rename from the log, the
+        # column from the next Relation message, then the row.
+        cur.execute(
+            "BEGIN; ALTER TABLE dl.t ADD COLUMN note text DEFAULT 'n'; "
+            "ALTER TABLE dl.t RENAME TO t2; INSERT INTO dl.t2 VALUES (2, 'x'); COMMIT"
+        )
         cur.execute("ALTER TABLE dl.a2 SET SCHEMA elsewhere")
         cur.execute("INSERT INTO elsewhere.a2 VALUES (3, 'not captured')")
         cur.execute("CREATE TABLE elsewhere.other (id int PRIMARY KEY)")
     _caught_up(postgres, run)
-    # Housekeeping: the confirmed log rows are deleted (and those deletes are not published).
+    # Housekeeping: confirmed log rows are deleted (at most once a minute: here the first
+    # one) and those deletes are not published.
     deadline = time.monotonic() + 20
     with conn.cursor() as cur:
         while True:
-            cur.execute("SELECT count(*) FROM tidelake.ddl_log")
+            cur.execute("SELECT count(*) FROM tidelake.ddl_log WHERE id = 1")
             if cur.fetchone()[0] == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        cur.execute("SELECT count(*) FROM tidelake.ddl_log")
+        cur.execute("SELECT count(*) FROM tidelake.ddl_log WHERE id = 1")
         assert 0 == cur.fetchone()[0]
     _caught_up(postgres, run)
     events = decoded(stream_messages(nats.url))
@@ -101,6 +108,9 @@ def test_table_ddl_reaches_the_stream_in_order(
         (Op.INSERT, "dl.gone", {"k": "k2"}),
         (Op.INSERT, "dl.t", {"id": "1"}),
         (Op.DDL, "dl.t", "TRUNCATE TABLE dl.t"),
+        (Op.DDL, "dl.t2", "ALTER TABLE dl.t RENAME TO t2"),
+        (Op.DDL, "dl.t2", "ALTER TABLE dl.t2 ADD COLUMN note text DEFAULT 'n'::text"),
+        (Op.INSERT, "dl.t2", {"id": "2"}),
         (Op.DDL, "dl.a2", "DROP TABLE dl.a2"),
     ] == seen  # fmt: skip
     assert [e.position for e in events] == sorted(e.position for e in events)

@@ -204,3 +204,21 @@ def test_the_logs_own_tables_are_internal_the_outbox_is_not() -> None:
         assert pg_ddl.is_internal("tidelake", table)
     assert not pg_ddl.is_internal("tidelake", "outbox")
     assert not pg_ddl.is_internal("shop", "ddl_log")
+
+
+def test_a_rename_keeps_the_columns_the_capture_knew() -> None:
+    """A column added in the rename's transaction before it is in the log row already; the
+    relation keeps the columns the capture knew, so the next Relation message still yields
+    the ADD COLUMN (with its default) instead of the lake never hearing of it."""
+    relations = {5: _known(5, "shop", "a")}
+    cols = '[["id", "integer", 23, -1], ["c", "integer", 23, -1]]'
+    pg_ddl.DdlLog().events(
+        _row("rename", 5, "shop", "b", old_schema="shop", old_table="a", columns=cols,
+             pk='["id"]'),
+        relations, _captured(["shop.*"]), 1,
+    )  # fmt: skip
+    assert ("shop", "b", [("id", 23, -1)]) == (
+        relations[5].namespace,
+        relations[5].name,
+        relations[5].columns,
+    )
