@@ -320,7 +320,8 @@ def _bytes(value: float | None) -> str:
 def render_capture(capture: dict[str, Any], out: Console, *, wide: bool = False) -> None:
     """The capture's lag (``capture/lag.py``), snapshot progress and skipped tables."""
     lag = capture["lag"]
-    parts = [f"capture ({capture.get('source') or '?'}, {capture.get('phase') or '?'}):"]
+    head = f"capture ({capture.get('source') or '?'}, {capture.get('phase') or '?'}):"
+    parts: list[str] = []
     if lag.get("error"):
         parts.append(f"[red]lag unknown[/] {escape(str(lag['error']))}")
     else:
@@ -332,7 +333,7 @@ def render_capture(capture: dict[str, Any], out: Console, *, wide: bool = False)
             parts.append(f"retained WAL {_bytes(lag['retained_wal_bytes'])}{status}")
         if lag.get("gtid_behind") is not None:
             parts.append(f"{lag['gtid_behind']:,} GTIDs behind")
-    out.print(" · ".join(parts), soft_wrap=is_plain(out))
+    out.print(f"{head} {' · '.join(parts)}", soft_wrap=is_plain(out))
     tables = capture["snapshot"]["tables"]
     if tables:
         rows = []

@@ -379,7 +379,7 @@ def capture_health_families(prefix: str, info: Mapping[str, Any] | None) -> Iter
     states = GaugeMetricFamily(
         f"{prefix}_snapshot_tables", "Tables per snapshot state", labels=["state"]
     )
-    for state, n in by_state.items():
+    for state, n in by_state.items() if info else ():
         states.add_metric([state], n)
     yield states
     skipped = _mapping(info.get("skipped"))
