@@ -429,6 +429,14 @@ class CaptureConfig(_Model):
         "initial", description="read existing rows first (initial) or stream changes only"
     )
     chunk_rows: int = Field(10_000, ge=1, description="rows per snapshot chunk (keyset reads)")
+    snapshot_workers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="connections reading chunks of an incremental snapshot in parallel (a table "
+        "added to capture.tables, `tidelake capture snapshot`: docs/capture.md, Snapshots on "
+        "demand)",
+    )
     server_id: int = Field(
         4_000_001, ge=1, description="MySQL replica server_id (unique on the source)"
     )

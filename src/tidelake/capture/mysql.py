@@ -363,11 +363,12 @@ class MySQLSource:
         return binlog_lag(conn, state)
 
     def run(self, state: dict[str, Any] | None, sink: Sink, stop: threading.Event) -> None:
+        # First of all: the server to read (table metadata included) is the saved one's.
+        self._prefer_saved_server(state)
         # Skipped tables are reported from the start: those saved with the position (a table
         # met only by its binlog rows) and every table the filter takes now (capture/keys.py).
         self._skipped.update((state or {}).get("skipped") or {})
         self.captured_tables()
-        self._prefer_saved_server(state)
         if not self.server:
             self.probe()
         if state is not None:

@@ -272,14 +272,18 @@ async def capture_loop(
             if isinstance(got, BaseException):
                 error = got
                 break
+            last: Outgoing | None = None
             for item in got or ():
                 if isinstance(item, Outgoing):
                     await pub.publish(item.subject, item.payload, item.msg_id)
                     sent += 1
-                    live.CAPTURER_LAST_COMMIT.set(item.commit_ts_ms / 1000)
-                    live.CAPTURER_PUBLISH_LAG.set(max(0.0, time.time() - item.commit_ts_ms / 1000))
+                    last = item
                 else:
                     waiting.add(sent, item.state)
+            if last is not None:
+                # Once per batch, not per message (each set takes the gauge's lock).
+                live.CAPTURER_LAST_COMMIT.set(last.commit_ts_ms / 1000)
+                live.CAPTURER_PUBLISH_LAG.set(max(0.0, time.time() - last.commit_ts_ms / 1000))
             if got is None or time.monotonic() - last_drain >= DRAIN_INTERVAL_S:
                 await save_durable()
                 last_drain = time.monotonic()

@@ -428,8 +428,75 @@ def ingest(
         raise typer.Exit(EXIT_TABLES_PAUSED)
 
 
-@app.command()
+capture_app = typer.Typer(
+    help="Capture MySQL/MariaDB binlog or PostgreSQL pgoutput changes into JetStream until "
+    "SIGTERM (bare `tidelake capture`); `tidelake capture snapshot TABLE` asks the running "
+    "capture for an incremental snapshot.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(capture_app, name="capture")
+
+
+@capture_app.command("snapshot")
+def capture_snapshot(
+    tables: Annotated[
+        list[str] | None, typer.Argument(help="db.table (PostgreSQL: schema.table) to snapshot")
+    ] = None,
+    config: ConfigOption = None,
+    status: Annotated[
+        bool, typer.Option("--status", help="show the snapshots' progress instead")
+    ] = False,
+) -> None:
+    """Ask the running capture to snapshot TABLE again while it streams (docs/capture.md,
+    Snapshots on demand): a request record in the staging store, picked up within seconds."""
+    from tidelake.capture.incremental import request_path, request_record
+    from tidelake.runtime.storage import open_storage
+
+    cfg = _load(config, find_bus=False)
+    staging = open_storage(cfg.stage_root, cfg.storage.s3)
+    if status or not tables:
+        _print_snapshot_status(staging)
+        if not tables:
+            return
+    for table in tables or []:
+        try:
+            path = request_path(table)
+        except ValueError as exc:
+            err_console.print(f"[bold red]{escape(str(exc))}[/]")
+            raise typer.Exit(2) from exc
+        staging.put(path, request_record(table))
+        console.print(f"snapshot of {table} requested ({staging.uri(path)})", soft_wrap=True)
+
+
+def _print_snapshot_status(staging: Any) -> None:
+    """The capture heartbeat's ``snapshot`` part, one line per table."""
+    import orjson
+
+    try:
+        beat = orjson.loads(staging.get("_tidelake/capture.heartbeat.json"))
+    except Exception:
+        console.print("no capture heartbeat found (is `tidelake capture` running?)")
+        return
+    info = beat.get("info", beat)
+    tables = ((info.get("snapshot") or {}).get("tables")) or {}
+    if not tables:
+        console.print("no incremental snapshot")
+        return
+    for name, t in sorted(tables.items()):
+        total = t.get("rows_total")
+        of = f" of ~{total}" if total is not None else ""
+        err = f" ({t['error']})" if t.get("error") else ""
+        console.print(
+            f"{name}: {t.get('state')}, {t.get('rows_done', 0)} rows{of}, "
+            f"{t.get('chunks_done', 0)} chunks{err}",
+            soft_wrap=True,
+        )
+
+
+@capture_app.callback()
 def capture(
+    ctx: typer.Context,
     config: ConfigOption = None,
     source: Annotated[str | None, typer.Option(help="source DSN (default capture.source)")] = None,
     table: Annotated[
@@ -437,6 +504,8 @@ def capture(
     ] = None,
 ) -> None:
     """Capture MySQL/MariaDB binlog or PostgreSQL pgoutput changes into JetStream until SIGTERM."""
+    if ctx.invoked_subcommand is not None:
+        return
     from tidelake.capture.runner import run_capture
     from tidelake.capture.sources import open_source
     from tidelake.errors import TidelakeError
