@@ -87,6 +87,10 @@ class PauseRequest(BaseModel):
     reason: str = Field("", description="why (shown in paused.json and the dashboard)")
 
 
+class SnapshotRequest(BaseModel):
+    table: str = Field(description="db.table (PostgreSQL: schema.table) to snapshot again")
+
+
 class ReplayRequest(BaseModel):
     from_seq: int | None = Field(None, ge=1, description="first stream sequence to replay")
     from_time: str | None = Field(None, description="or the first time (ISO 8601 / Unix s)")
@@ -300,6 +304,23 @@ def create_app(
     async def dlq_discard(seq: int) -> dict[str, Any]:
         """Delete a dead letter for good."""
         return await _dlq("discard", seq)
+
+    @app.post("/api/capture/snapshot", tags=["capture"], dependencies=auth)
+    async def capture_snapshot(body: SnapshotRequest) -> dict[str, Any]:
+        """Ask the running capture for an incremental snapshot of ``table`` while it streams
+        (docs/capture.md, Snapshots on demand): the same request record as
+        ``tidelake capture snapshot TABLE``, picked up within seconds; progress in
+        ``/api/status`` (capture.snapshot)."""
+        from tidelake.capture.incremental import request_path, request_record
+        from tidelake.runtime.storage import open_storage
+
+        try:
+            path = request_path(body.table)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        staging = open_storage(cfg.stage_root, cfg.storage.s3)
+        await asyncio.to_thread(staging.put, path, request_record(body.table))
+        return {"table": body.table, "requested": True, "request": staging.uri(path)}
 
     @app.post("/api/replay", tags=["replay"], dependencies=auth)
     async def replay(body: ReplayRequest) -> dict[str, Any]:

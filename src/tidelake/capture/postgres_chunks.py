@@ -59,9 +59,10 @@ class PgWatermark:
 
     def visible(self, xid: int) -> bool:
         """Is the (32-bit) ``xid`` of a committed transaction visible in this snapshot?"""
-        full = (self.xmax & ~0xFFFFFFFF) | (xid & 0xFFFFFFFF)
-        if full >= self.xmax:
-            full -= 1 << 32  # an xid of the previous epoch
+        # The full xid nearest xmax with these low 32 bits (within 2^31 either side), as
+        # PostgreSQL widens one (FullXidRelativeTo, src/backend/storage/ipc/procarray.c).
+        delta = ((xid - self.xmax) + (1 << 31)) % (1 << 32) - (1 << 31)
+        full = self.xmax + delta
         if full < self.xmin:
             return True
         return full < self.xmax and full not in self.xip

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from tidelake.api.server import create_app, parse_time_ms
@@ -121,3 +122,28 @@ def test_a_malformed_state_file_is_named_in_the_status_not_a_server_error(
         any("paused.json" in e["message"] for e in status["errors"]),
         any("paused.json" in p for p in status["problems"]),
     ]
+
+
+def test_capture_snapshot_route_writes_the_request_record_behind_the_token(
+    tmp_path: Path,
+) -> None:
+    """``POST /api/capture/snapshot`` needs the token like the other POST routes, refuses a
+    name that is no ``db.table``, and writes the request record the capture polls
+    (``_tidelake/capture/snapshot-requests/<db.table>.json`` in the staging store)."""
+    cfg = _config(tmp_path, TIDELAKE_API__TOKEN="s3cret")
+    app = create_app(cfg)
+
+    async def post(body: dict[str, Any], token: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1:8321"
+        ) as client:
+            return await client.post("/api/capture/snapshot", json=body, headers=headers)
+
+    assert asyncio.run(post({"table": "shop.orders"}, None)).status_code == 401
+    assert asyncio.run(post({"table": "orders"}, "s3cret")).status_code == 422
+    done = asyncio.run(post({"table": "shop.orders"}, "s3cret"))
+    assert done.status_code == 200, done.text
+    record = Path(cfg.stage_root) / "_tidelake/capture/snapshot-requests/shop.orders.json"
+    assert orjson.loads(record.read_bytes())["table"] == "shop.orders"
