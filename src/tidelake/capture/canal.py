@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -56,6 +57,7 @@ Item = Outgoing | Resume
 _UNSAFE_SUBJECT = re.compile(r"[^A-Za-z0-9_\-]")
 
 
+@lru_cache(maxsize=4096)
 def subject_for(database: str, table: str) -> str:
     """``cdc.<database>.<table>``, each name with characters NATS reserves replaced."""
     return f"cdc.{_UNSAFE_SUBJECT.sub('_', database)}.{_UNSAFE_SUBJECT.sub('_', table)}"

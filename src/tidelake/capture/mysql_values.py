@@ -241,10 +241,25 @@ def _date_text(text: str) -> str | None:
     return None if _ZERO_PART.match(text) else text
 
 
+#: Types whose values render as ``str(value)``: ints of an integer type, strs of a text type.
+_PLAIN_INT = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+_PLAIN_STR = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"})
+
+
+@lru_cache(maxsize=4096)
+def _plain_type(sql_type: str) -> type | None:
+    name = _parse(sql_type)[0]
+    return int if name in _PLAIN_INT else str if name in _PLAIN_STR else None
+
+
 def render(value: Any, sql_type: str) -> str | None:
     """The canal-json text of one value of a column of ``sql_type`` (None stays None)."""
     if value is None:
         return None
+    # The most common values first: what the branches below give them, without walking them.
+    plain = _plain_type(sql_type)
+    if plain is not None and type(value) is plain:
+        return str(value)
     name, args, _ = _parse(sql_type)
     if name in ("datetime", "timestamp"):
         if name == "timestamp" and value == _ZERO_TIMESTAMP:

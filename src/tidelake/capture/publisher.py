@@ -17,6 +17,17 @@ call order, one PubAck at a time, before it pipelines again. What the server had
 acknowledged again as a duplicate (same ``Nats-Msg-Id``); what it had not is stored now, in
 order. A :class:`Publisher` built on a caller's connection (``Publisher(js)``) republishes in
 order too, but cannot stop that connection's own reconnect from sending its buffer first.
+
+**PubAcks on its own connection.** nats-py's ``publish_async`` costs, per message, a task
+(``asyncio.wait_for`` around its semaphore), a ``secrets.token_hex`` read of the system's
+random source, a done-callback and a ``PubAck.from_response`` that walks the dataclass's
+fields: about a third of the capture's event-loop time (py-spy, docs/benchmarks.md "Capture
+throughput"). On its own connection the publisher therefore asks for the PubAcks itself: one
+subscription per connection on ``<inbox>.*``, each message published with the reply subject
+``<inbox>.<n>`` (a counter), its future resolved from the reply (``{"stream", "seq",
+"duplicate"}`` or ``{"error"}``, or a 503 status when no stream takes the subject, as
+JetStream answers ``publish_async``'s replies). Same wire protocol, same order, same
+``Nats-Msg-Id``; the in-flight bound is :class:`Publisher`'s own ``max_in_flight``.
 """
 
 from __future__ import annotations
@@ -29,13 +40,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import structlog
+from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError
 
 from tidelake.errors import BusError, is_terminal
 from tidelake.retry import async_retrying
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.aio.msg import Msg
 
     from tidelake.config import BusConfig
 
@@ -47,6 +62,8 @@ FIRST_RETRY_PAUSE_S = 0.1
 MAX_RETRY_PAUSE_S = 1.0
 #: How often a wait for a PubAck checks whether its connection died.
 _ACK_POLL_S = 0.05
+#: The status header JetStream's reply carries when no stream takes the subject.
+_NO_RESPONDERS = "503"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +117,12 @@ class Publisher:
         #: Messages sent again after a failure, and connections opened again.
         self.republished = 0
         self.reconnects = 0
+        #: PubAcks asked for on our own connection (module docstring): the connection the
+        #: reply subscription is on, its subject prefix, the futures by reply token.
+        self._acks_on: Client | None = None
+        self._ack_prefix = ""
+        self._ack_count = 0
+        self._acks: dict[str, asyncio.Future[Any]] = {}
 
     @classmethod
     async def open(cls, bus: BusConfig, url: str | None = None, **kwargs: Any) -> Publisher:
@@ -139,9 +162,7 @@ class Publisher:
             await self._recover()
         else:
             try:
-                entry.future = await self._js.publish_async(
-                    subject, payload, headers=dict(entry.headers)
-                )
+                await self._send(entry)
             except Exception as exc:  # closed connection, stalled client: recover in order
                 log.warning("publish failed; republishing in order", error=repr(exc))
                 await self._recover()
@@ -153,6 +174,51 @@ class Publisher:
         await self._drain(len(self._in_flight))
 
     # -- internals --------------------------------------------------------------------------
+
+    async def _send(self, entry: _InFlight) -> None:
+        """Pipeline ``entry``; its PubAck will resolve ``entry.future``."""
+        nc = self._nc
+        if nc is None:  # a caller's connection: nats-py's own asynchronous publish
+            entry.future = await self._js.publish_async(
+                entry.subject, entry.payload, headers=dict(entry.headers)
+            )
+            return
+        if self._acks_on is not nc:
+            await self._subscribe_acks(nc)
+        self._ack_count += 1
+        token = str(self._ack_count)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._acks[token] = future
+        entry.future = future
+        await nc.publish(
+            entry.subject, entry.payload, reply=self._ack_prefix + token, headers=entry.headers
+        )
+
+    async def _subscribe_acks(self, nc: Client) -> None:
+        """The reply subscription on ``nc`` (before anything is published with it)."""
+        self._acks.clear()
+        self._ack_prefix = nc.new_inbox() + "."
+        await nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
+        self._acks_on = nc
+
+    async def _on_ack(self, msg: Msg) -> None:
+        future = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS:
+            future.set_exception(NoStreamResponseError())
+            return
+        try:
+            reply = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            future.set_exception(exc)
+            return
+        if "error" in reply:
+            future.set_exception(APIError.from_error(reply["error"]))
+            return
+        future.set_result(
+            PubAck(stream=reply["stream"], seq=reply["seq"], duplicate=reply.get("duplicate"))
+        )
 
     def _connection_lost(self) -> bool:
         return self._nc is not None and not self._nc.is_connected
@@ -265,5 +331,7 @@ class Publisher:
         if self._reconnect is None or self._nc is None:
             return
         nc, self._nc = self._nc, None
+        self._acks.clear()  # their replies cannot come any more
+        self._acks_on = None
         with contextlib.suppress(Exception):
             await nc.close()
