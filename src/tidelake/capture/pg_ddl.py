@@ -70,7 +70,7 @@ PUBLICATIONS_TABLE = "ddl_publications"
 END_TRIGGER = "tidelake_ddl_end"
 DROP_TRIGGER = "tidelake_ddl_drop"
 #: Bumped whenever the installed SQL changes: an older installation is replaced at start.
-VERSION = "tidelake ddl log 3"
+VERSION = "tidelake ddl log 4"
 #: Seconds between two deletes of confirmed log rows.
 HOUSEKEEPING_S = 60.0
 
@@ -210,6 +210,8 @@ EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'tidelake ddl log: % (%)', SQLERRM, SQLSTATE;
 END $$;
 
+-- Runs as its owner (a superuser): only the triggers call it, never a user directly.
+REVOKE ALL ON FUNCTION {SCHEMA}.ddl_publish(oid, text, text, jsonb) FROM PUBLIC;
 COMMENT ON FUNCTION {SCHEMA}.ddl_log_end() IS '{VERSION}';
 """
 

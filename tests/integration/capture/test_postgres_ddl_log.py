@@ -165,6 +165,9 @@ def test_a_superuser_installs_once_then_every_role_is_logged_and_never_failed(
         with app.cursor() as cur:
             cur.execute("CREATE TABLE priv.a (id int PRIMARY KEY)")
             cur.execute("DROP TABLE priv.a")
+        with app.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            # The SECURITY DEFINER helper that alters publications is the triggers' only.
+            cur.execute("SELECT tidelake.ddl_publish(0, 'priv', 'x', '[\"id\"]')")
         with admin.cursor() as cur:
             cur.execute("ALTER TABLE tidelake.ddl_names RENAME TO ddl_names_away")
         with app.cursor() as cur:
