@@ -31,8 +31,15 @@ the canal-json DDL event the lake applies (``lake/ddl.py``) and never publishes 
 rows. Event triggers do not fire for ``TRUNCATE`` (the manual's firing matrix lists no such
 tag); pgoutput sends TRUNCATE itself, so that path stays in ``postgres.py``.
 
-Which path owns which DDL: the log owns whole tables (CREATE, DROP, RENAME/SET SCHEMA), the
-Relation path owns columns (ADD/DROP/RENAME COLUMN, TYPE) and TRUNCATE. A log event updates
+Seen on PostgreSQL 15 here (tests/integration/capture/test_postgres_ddl_log.py and a pgoutput
+slot read by hand): TRUNCATE logs nothing; a DDL run with ``session_replication_role =
+replica`` fires no event trigger; a row inserted in the ``CREATE TABLE``'s own transaction
+after the trigger's ``ALTER PUBLICATION ... ADD TABLE`` is streamed, while the rows a ``CREATE
+TABLE AS`` writes (before ``ddl_command_end``) are not.
+
+Which path owns which DDL: the log owns whole tables (CREATE, DROP, RENAME/SET SCHEMA); the
+Relation messages own columns (ADD/DROP/RENAME COLUMN, TYPE); pgoutput's Truncate message owns
+TRUNCATE. A log event updates
 the capture's known relation (by OID) before the table's next Relation message arrives, so the
 Relation path then sees no difference and does not emit the rename again; the Relation path
 never emits CREATE or DROP. A rename the log missed (the trigger failed, or was installed
