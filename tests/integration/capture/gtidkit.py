@@ -12,10 +12,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from capturekit import CaptureRun, Writer
+from capturekit import CaptureRun, Writer, decoded, stream_messages
 
 from tidelake.bus.server import EmbeddedNats
+from tidelake.capture.gtid import epoch_of
+from tidelake.capture.mysql import point_key
+from tidelake.capture.position import PositionStore
 from tidelake.capture.servers import MariaDBServer
 
 ROWS = 2_000
@@ -109,3 +113,53 @@ def fail_over(
     target = replica.gtid_binlog_pos()
     run.wait_until(lambda s: s.get("gtid") == target, 60)
     return Failover(run, first, second)
+
+
+@dataclass
+class CrashFailover:
+    """What :func:`crash_then_fail_over` left: the capture (still running), the state it
+    resumed from, and how many events it had published past that state on the old primary."""
+
+    run: CaptureRun
+    resumed_from: dict[str, Any]
+    republished: int
+
+
+def crash_then_fail_over(
+    tmp: Path, nats: EmbeddedNats, primary: MariaDBServer, replica: MariaDBServer
+) -> CrashFailover:
+    """The capture dies (SIGKILL) having published transactions its saved position does not
+    cover yet (the position file is put back to an earlier save: the crash came between
+    JetStream's acks and the next save); the primary dies, the replica is promoted and
+    written to; the capture restarts with ``capture.source`` still the dead primary, fails
+    over to the replica by GTID and publishes those transactions again, under new positions
+    (server epoch 1), then the new ones. Returns once it saved the replica's last GTID."""
+    setup_table(primary, replica)
+    run = capture_run(tmp, nats, primary, replica).start()
+    run.wait_until(lambda s: s["phase"] == "streaming", 60)
+    first = run_writer(primary, seed=11, seconds=1.0, next_id=ROWS + 1)
+    target = primary.gtid_binlog_pos()
+    run.wait_until(lambda s: s.get("gtid") == target, 30)
+    earlier = run.position()
+    assert earlier is not None
+    second = run_writer(primary, seed=12, seconds=1.0, next_id=first.next_id + 1_000)
+    target = primary.gtid_binlog_pos()
+    run.wait_until(lambda s: s.get("gtid") == target, 30)
+    run.process.kill()
+    PositionStore(run.config.capture_position_file).save(earlier)
+    replica.wait_for_gtid(primary.gtid_binlog_pos())
+    primary.kill()
+    replica.promote()
+    run_writer(replica, seed=13, seconds=1.0, next_id=second.next_id + 1_000)
+    run.start()
+    target = replica.gtid_binlog_pos()
+    run.wait_until(lambda s: s.get("gtid") == target, 60)
+    saved = point_key((earlier["binlog"]["file"], earlier["binlog"]["pos"]))
+    republished = sum(
+        1
+        for e in decoded(stream_messages(nats.url))
+        if e.table_id == "fo.t"
+        and epoch_of(e.position.parts) == 0
+        and e.position.parts[:2] >= saved
+    )
+    return CrashFailover(run, earlier, republished)
