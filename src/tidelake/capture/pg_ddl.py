@@ -28,8 +28,11 @@ The triggers write in the DDL's own transaction, and ``tidelake.ddl_log`` is in 
 publication: its inserts arrive in the same pgoutput stream, in commit order with the rows
 around them, at the place of the DDL inside its transaction. The capture turns each insert into
 the canal-json DDL event the lake applies (``lake/ddl.py``) and never publishes the log's own
-rows. Event triggers do not fire for ``TRUNCATE`` (the manual's firing matrix lists no such
-tag); pgoutput sends TRUNCATE itself, so that path stays in ``postgres.py``.
+rows. Event triggers do not fire for ``TRUNCATE`` (PostgreSQL 15 manual, "Overview of Event
+Trigger Behavior": ``ddl_command_start``/``_end`` fire for CREATE, ALTER, DROP, SECURITY LABEL,
+COMMENT, GRANT, REVOKE and SELECT INTO); pgoutput sends TRUNCATE itself, so that path stays in
+``postgres.py``. The same page says ``sql_drop`` runs once the objects are gone from the
+catalogs, which is why the old names live in ``ddl_names``.
 
 Seen on PostgreSQL 15 here (tests/integration/capture/test_postgres_ddl_log.py and a pgoutput
 slot read by hand): TRUNCATE logs nothing; a DDL run with ``session_replication_role =
