@@ -173,6 +173,7 @@ async def capture_loop(
             open_conn,
             lambda conn: measure_lag(conn, stats.state),
             interval_s=cfg.capture.lag_interval_s,
+            server=lambda: getattr(source, "dsn", None),  # a failover moves it (mysql.py)
         )
         if measure_lag is not None and open_conn is not None
         else None
@@ -252,11 +253,16 @@ async def capture_loop(
             if on_saved is not None:
                 on_saved(latest)
 
+    ticker: asyncio.Task[None] | None = None
     try:
         await ensure_streams(nc.jetstream(), cfg.bus)
         thread = threading.Thread(target=reader, name=f"capture-{source.kind}", daemon=True)
         thread.start()
         heartbeat.start()
+        # /healthz keeps turning while a publish waits for PubAcks (a slow or restarting
+        # JetStream: the publisher retries for up to give_up_s, then fails the capture),
+        # not only when the loop below comes round; a blocked event loop still stops it.
+        ticker = asyncio.create_task(_beat_every(DRAIN_INTERVAL_S))
         if probe is not None:
             probe.start()
         last_drain = time.monotonic()
@@ -297,6 +303,8 @@ async def capture_loop(
         if probe is not None:
             probe.stop()
         heartbeat.stop()
+        if ticker is not None:
+            ticker.cancel()
         stats.published = pub.published
         stats.duplicates = pub.duplicates
         stats.saves = store.saves
@@ -306,6 +314,12 @@ async def capture_loop(
             await nc.close()
         source.close()
     return stats
+
+
+async def _beat_every(interval_s: float) -> None:
+    while True:
+        beat()
+        await asyncio.sleep(interval_s)
 
 
 def run_capture(cfg: Config, source: Source) -> CaptureStats:
