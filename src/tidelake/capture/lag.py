@@ -245,8 +245,9 @@ def lag_seconds(now_s: float, newest_commit_ms: int | None, *, caught_up: bool) 
 class LagProbe:
     """A daemon thread measuring the source's lag every ``interval_s`` on its own connection.
 
-    ``connect()`` opens that connection (again after a failure), ``measure(conn)`` returns
-    the report (:data:`LAG_KEYS` and extras); :meth:`latest` is what the heartbeat shows.
+    ``connect()`` opens that connection (again after a failure, or when ``server()``, the
+    server the capture reads, changed: a failover moved it), ``measure(conn)`` returns the
+    report (:data:`LAG_KEYS` and extras); :meth:`latest` is what the heartbeat shows.
     """
 
     def __init__(
@@ -255,8 +256,11 @@ class LagProbe:
         measure: Callable[[Any], dict[str, Any]],
         *,
         interval_s: float = LAG_INTERVAL_S,
+        server: Callable[[], object] = lambda: None,
     ) -> None:
         self._connect = connect
+        self._server = server
+        self._conn_server: object = None
         self._measure = measure
         self.interval_s = interval_s
         self._conn: Any = None
@@ -271,7 +275,10 @@ class LagProbe:
     def probe(self) -> dict[str, Any]:
         """Measure once (the thread's step; also callable directly)."""
         try:
+            if self._conn is not None and self._server() != self._conn_server:
+                self._close_conn()  # the capture reads another server now
             if self._conn is None:
+                self._conn_server = self._server()
                 self._conn = self._connect()
             report = {**self._measure(self._conn), "at_ms": int(time.time() * 1000)}
             self._failed = False

@@ -113,3 +113,22 @@ def test_the_probe_thread_measures_at_once_and_stops() -> None:
         time.sleep(0.01)
     probe.stop()
     assert (1, True) == (probe.latest()["bytes"], conn.closed)
+
+
+def test_the_probe_reconnects_when_the_capture_moved_to_another_server() -> None:
+    """After a failover the source reads another server: the probe's connection to the old
+    one is closed and the next probe measures on a connection to the new one."""
+    server = ["primary"]
+    opened: list[tuple[str, _Conn]] = []
+
+    def connect() -> _Conn:
+        opened.append((server[0], _Conn()))
+        return opened[-1][1]
+
+    probe = LagProbe(connect, lambda conn: {"bytes": 0}, interval_s=60, server=lambda: server[0])
+    probe.probe()
+    probe.probe()
+    server[0] = "replica"
+    probe.probe()
+    assert ["primary", "replica"] == [name for name, _ in opened]
+    assert opened[0][1].closed
