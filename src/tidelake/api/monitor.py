@@ -237,9 +237,9 @@ def errors_of(snap: Snapshot) -> list[dict[str, Any]]:
 
 def activity(record: dict[str, Any] | None, now_ms: int) -> str | None:
     """What a process is busy with, for a person: the ingest's round under way
-    (``committing shop.orders for 42 s``, from the heartbeat's ``round`` that the ingest
-    rewrites while a round runs: lake/ingest.py), else None."""
-    if not record or record.get("state") != "applying":
+    (``committing shop.orders for 42 s``) or its warm-up (``warming up for 12 s``), from the
+    heartbeat's ``round`` that the ingest rewrites meanwhile (lake/round_beat.py), else None."""
+    if not record or record.get("state") not in ("applying", "warming up"):
         return None
     round_ = record.get("round")
     if not isinstance(round_, dict) or not round_.get("started_ms"):
@@ -249,7 +249,8 @@ def activity(record: dict[str, Any] | None, now_ms: int) -> str | None:
         table, since = min(committing.items(), key=lambda kv: int(kv[1]))
         more = f" (+{len(committing) - 1} more)" if len(committing) > 1 else ""
         return f"committing {table} for {max(0, now_ms - int(since)) // 1000} s{more}"
-    return f"applying a round for {max(0, now_ms - int(round_['started_ms'])) // 1000} s"
+    doing = "warming up" if record["state"] == "warming up" else "applying a round"
+    return f"{doing} for {max(0, now_ms - int(round_['started_ms'])) // 1000} s"
 
 
 def _dict(value: Any) -> dict[str, Any]:

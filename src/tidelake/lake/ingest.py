@@ -155,7 +155,7 @@ class Ingestor:
         except TidelakeError as exc:  # storage down at start: the saved hint will do
             log.warning("retired bound not read", error=str(exc))
         self._pause_lock = threading.Lock()
-        self.round_beat = RoundBeat(lambda info: self.heartbeat("applying", turn=False, round=info))
+        self.round_beat = RoundBeat(lambda s, info, t: self.heartbeat(s, turn=t, round=info))
         self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
         # again, and ``status`` must not go on showing it once the table ingests.
@@ -396,7 +396,7 @@ class Ingestor:
         with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
         ddl_seqs = [e.seq for events in staged.events.values() for e in events if e.op is Op.DDL]
         plain_last = rows_seq_last(staged.seq_last, ddl_seqs)
-        with self.round_beat.running(lambda info: self.heartbeat("applying", round=info)):
+        with self.round_beat.running("applying"):
             self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
             if with_ddl:
                 self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
@@ -492,8 +492,8 @@ def run_ingest(config: Config, *, once: bool, interval_s: float | None = None) -
                 if once:
                     return ingestor.run_once(stop)
                 if config.ingest.warm_up:
-                    ingestor.heartbeat("warming up")
-                    log.info("warmed up", seconds=round(ingestor.store.warm_up(), 1))
+                    with ingestor.round_beat.running("warming up"):  # 10-20 s: beats meanwhile
+                        log.info("warmed up", seconds=round(ingestor.store.warm_up(), 1))
                 return ingestor.run_continuous(interval_s or config.ingest.interval_s, stop)
         finally:
             spark.stop()

@@ -10,8 +10,9 @@ while a round runs, with what the round does (heartbeat key ``round``)::
     {"started_ms": 1714929186000, "phase": "committing",
      "committing": {"shop.orders": 1714929190000}}
 
-``phase`` is ``committing`` while a table's commit runs, else ``applying``; ``committing``
-maps each table whose commit runs to when it started. ``status`` turns it into
+``phase`` is ``committing`` while a table's commit runs, else the state the round runs in
+(``applying``; ``warming up`` for the ingest's JVM warm-up, a throw-away commit of 10-20 s);
+``committing`` maps each table whose commit runs to when it started. ``status`` turns it into
 "committing shop.orders for 42 s" (``api/monitor.py`` :func:`activity`).
 
 The thread does not turn the loop for ``/healthz`` (``runtime/metrics_server.py``): a commit
@@ -33,8 +34,9 @@ from tidelake.runtime.heartbeat import INTERVAL_S
 
 log = structlog.get_logger(__name__)
 
-#: ``write(round_info)``: store the ingest's heartbeat with the round's info.
-WriteFn = Callable[[dict[str, Any]], None]
+#: ``write(state, round_info, turn)``: store the ingest's heartbeat in ``state`` with the
+#: round's info; ``turn``: it is the loop's own write (it turns ``/healthz``), not the thread's.
+WriteFn = Callable[[str, dict[str, Any], bool], None]
 
 
 class RoundBeat:
@@ -44,6 +46,7 @@ class RoundBeat:
         self._write = write
         self.interval_s = interval_s
         self._started_ms: int | None = None
+        self._state = "applying"
         self._committing: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -55,7 +58,7 @@ class RoundBeat:
             committing = dict(self._committing)
         return {
             "started_ms": self._started_ms,
-            "phase": "committing" if committing else "applying",
+            "phase": "committing" if committing else self._state,
             "committing": committing,
         }
 
@@ -71,21 +74,21 @@ class RoundBeat:
                 self._committing.pop(table, None)
 
     @contextlib.contextmanager
-    def running(self, first: WriteFn) -> Iterator[None]:
-        """Around a round: ``first(info)`` now (the loop's own heartbeat, which also turns
-        ``/healthz``), then the thread's ``write(info)`` every ``interval_s`` until the
-        round ends."""
+    def running(self, state: str = "applying") -> Iterator[None]:
+        """Around a round (or the warm-up): the heartbeat in ``state`` now, as the loop's own
+        write, then from the thread every ``interval_s`` until it ends."""
         self._started_ms = int(time.time() * 1000)
+        self._state = state
         done = threading.Event()
 
         def run() -> None:
             while not done.wait(self.interval_s):
                 try:
-                    self._write(self.info())
+                    self._write(state, self.info(), False)
                 except Exception as exc:  # a heartbeat must never take the round down
                     log.warning("round heartbeat not written", error=repr(exc))
 
-        first(self.info())
+        self._write(state, self.info(), True)
         thread = threading.Thread(target=run, name="ingest-round-heartbeat", daemon=True)
         thread.start()
         try:

@@ -27,6 +27,7 @@ from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake.apply import TableResult
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.ledger import Ledger
+from tidelake.lake.round_beat import RoundBeat
 from tidelake.lake.source import Round
 from tidelake.runtime import heartbeat
 from tidelake.runtime.storage import LocalStorage
@@ -128,3 +129,20 @@ def test_activity_names_the_longest_running_commit_and_counts_the_others() -> No
     record["round"] = {"started_ms": 50_000, "phase": "applying", "committing": {}}
     assert "applying a round for 50 s" == activity(record, now)
     assert activity({"state": "idle"}, now) is None
+
+
+def test_the_warm_up_beats_in_its_own_state_and_only_its_first_write_turns_the_loop() -> None:
+    """``running("warming up")``: the loop's own write first (it turns /healthz), then the
+    thread's writes (which do not), all in state ``warming up`` with the phase named so;
+    status reads "warming up for N s"."""
+    writes: list[tuple[str, dict[str, Any], bool]] = []
+    beat = RoundBeat(lambda state, info, turn: writes.append((state, info, turn)), interval_s=0.05)
+    with beat.running("warming up"):
+        time.sleep(0.3)
+    assert len(writes) >= 3
+    assert {"warming up"} == {state for state, _, _ in writes}
+    assert [True] + [False] * (len(writes) - 1) == [turn for _, _, turn in writes]
+    assert "warming up" == writes[-1][1]["phase"]
+    record = {"state": "warming up", "round": writes[-1][1]}
+    assert "warming up for 12 s" == activity(record, writes[-1][1]["started_ms"] + 12_400)
+    assert {} == beat.info()
