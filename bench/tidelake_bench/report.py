@@ -8,6 +8,7 @@ that could not run has ``null`` and its reason under ``errors``.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,14 @@ class BenchResult:
         hs_decides = vs_hs if vs_hs is not None else vs_hs_bridged
         growth = n.get("commit_growth")
         rates = {k: n.get(f"capture_changes_per_s[{k}]") for k in CAPTURE_SOURCES}
-        lags = {k: n.get(f"capture_lag_max_s[{k}]") for k in CAPTURE_SOURCES}
+        # A lag counts only when the writer reached the rate (one connection may not).
+        rate = n.get("capture_lag_rate") or 0
+        lags = {
+            k: n.get(f"capture_lag_max_s[{k}]")
+            if (n.get(f"capture_lag_writer_changes_per_s[{k}]") or 0) >= 0.95 * rate
+            else None
+            for k in CAPTURE_SOURCES
+        }
         values: dict[str, tuple[Any, bool | None]] = {
             "freshness_p99": (p99, None if p99 is None else p99 <= 10),
             "stager": (
@@ -117,7 +125,7 @@ class BenchResult:
         return out
 
 
-def _all(values: dict[str, Any], ok: Any) -> bool | None:
+def _all(values: dict[str, Any], ok: Callable[[Any], bool]) -> bool | None:
     """Whether every measured value is ``ok``; None when none was measured."""
     measured = [v for v in values.values() if v is not None]
     return all(ok(v) for v in measured) if measured else None
