@@ -60,6 +60,8 @@ def test_primary_killed_capture_resumes_on_promoted_replica_by_gtid(
     assert after
     assert max(before) < min(after)
     assert all(p.parts[0] == EPOCH_BASE + 1 for p in after)
+    # Without the epoch they would sort below: the replica's binlog files number lower.
+    assert max(p.parts[1] for p in after) < max(p.parts[0] for p in before)
     assert "" == row_differences(mysql_rows(replica.connect(), "fo.t"), fold(events, "fo.t"))
 
     done.run.process.stop()
