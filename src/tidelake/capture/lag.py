@@ -70,10 +70,16 @@ def empty_report() -> dict[str, Any]:
 
 # -- PostgreSQL ------------------------------------------------------------------------------
 
+#: The server's WAL end: ``pg_current_wal_lsn()`` on a primary; a standby (logical slots on
+#: standbys: PostgreSQL 16+) refuses WAL control functions during recovery, and its end is
+#: the last WAL replayed (https://www.postgresql.org/docs/16/functions-admin.html).
+_WAL_END = (
+    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END"
+)
 #: One row for the slot: lag, retained WAL, and (PG 13+) wal_status / safe_wal_size.
 PG_SLOT_LAG_SQL = (
-    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
-    "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+    f"SELECT pg_wal_lsn_diff({_WAL_END}, confirmed_flush_lsn)::bigint, "
+    f"pg_wal_lsn_diff({_WAL_END}, restart_lsn)::bigint, "
     "wal_status, safe_wal_size, active "
     "FROM pg_replication_slots WHERE slot_name = %s"
 )
