@@ -208,6 +208,14 @@ async def capture_loop(
             "snapshot": snapshot_status() if snapshot_status is not None else {"tables": {}},
             "position_saves": store.saves,
             "lag": lag(),
+            # MySQL/MariaDB (capture/gtid.py): the server read now, its epoch, the saved GTID.
+            "server": {
+                "address": (saved.get("server") or {}).get("address"),
+                "epoch": saved.get("epoch"),
+                "gtid": saved.get("gtid"),
+            }
+            if saved.get("server")
+            else None,
         }
 
     # In the staging store beside the stager's (<staging>/_tidelake/capture.heartbeat.json):

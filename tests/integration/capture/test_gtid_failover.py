@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from capturekit import decoded, fold, mysql_rows, row_differences, stream_messages
 from gtidkit import ROWS, capture_run, fail_over, run_writer, setup_table, topology
@@ -63,6 +64,14 @@ def test_primary_killed_capture_resumes_on_promoted_replica_by_gtid(
     # Without the epoch they would sort below: the replica's binlog files number lower.
     assert max(p.parts[1] for p in after) < max(p.parts[0] for p in before)
     assert "" == row_differences(mysql_rows(replica.connect(), "fo.t"), fold(events, "fo.t"))
+    # The heartbeat (read by serve/status) names the server now read and its epoch.
+    beat_file = Path(done.run.config.stage_root) / "_tidelake" / "capture.heartbeat.json"
+    deadline = time.monotonic() + 20
+    server: dict[str, object] = {}
+    while time.monotonic() < deadline and server.get("epoch") != 1:
+        time.sleep(0.5)
+        server = orjson.loads(beat_file.read_bytes()).get("server") or {}
+    assert (server.get("address"), server.get("epoch")) == (f"127.0.0.1:{replica.port}", 1)
 
     done.run.process.stop()
     primary.start()  # the old primary is back, still named by capture.source
