@@ -5,6 +5,7 @@ own /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from capturekit import CaptureRun
 
 from support.scrape import get as _get
 from support.scrape import samples as _samples
+from tidelake.api.metrics import render
+from tidelake.api.monitor import Monitor, status_json
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.lag import binlog_lag, pg_slot_lag
 from tidelake.capture.servers import MariaDBServer, PostgresServer
@@ -56,6 +59,14 @@ def _wait_lag(run: CaptureRun, ok: Any, timeout_s: float = 90, what: str = "lag"
     raise AssertionError(f"{what} never reached; last {lag}\n{run.process.log_tail(30)}")
 
 
+async def _snapshot(cfg: Any) -> Any:
+    monitor = Monitor(cfg)
+    try:
+        return await monitor.snapshot()
+    finally:
+        await monitor.close()
+
+
 def _metrics(port: int) -> dict[str, float]:
     return _samples(_get(f"http://127.0.0.1:{port}/metrics")[1])
 
@@ -66,7 +77,8 @@ def test_postgres_slot_lag_grows_while_stopped_and_falls_after_catching_up(
     """Slot lag (current WAL minus confirmed_flush_lsn) and retained WAL (minus restart_lsn) of
     pg_replication_slots: small while the capture keeps up; with the capture stopped and
     ROWS rows written, both exceed the WAL those rows took; restarted, the capture's
-    heartbeat and /metrics report the lag back down and 0 seconds behind."""
+    heartbeat, its /metrics and serve's status and /metrics report the lag back down and 0
+    seconds behind."""
     conn = postgres.connect()
     with conn.cursor() as cur:
         cur.execute("CREATE SCHEMA lagpg")
@@ -120,6 +132,12 @@ def test_postgres_slot_lag_grows_while_stopped_and_falls_after_catching_up(
         assert samples['tidelake_capturer_slot_wal_status{status="lost"}'] == 0
         assert samples["tidelake_capturer_lag_probe_ok"] == 1
         assert samples["tidelake_capturer_behind_seconds"] == 0
+        # serve and status read the same from the heartbeat in the staging store.
+        snap = asyncio.run(_snapshot(run.config))
+        status = status_json(snap)["capture"]
+        assert ("postgres", "streaming") == (status["source"], status["phase"])
+        assert status["lag"]["bytes"] < written / 10
+        assert "tidelake_capture_retained_wal_bytes " in render(snap).decode()
     finally:
         run.process.stop()
         with conn.cursor() as cur:
