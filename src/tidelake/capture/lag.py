@@ -248,6 +248,21 @@ def lag_seconds(now_s: float, newest_commit_ms: int | None, *, caught_up: bool) 
 # -- the probe -------------------------------------------------------------------------------
 
 
+def measure_once(source: Any, state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The lag of ``source`` (a capture source with ``connect()`` and ``lag(conn, state)``)
+    against the saved ``state``, now, on a connection opened and closed here: what
+    ``tidelake capture lag`` prints, also while the capture is stopped (its slot still holds
+    WAL). ``seconds`` is not measured here (it needs the running capture)."""
+    conn = source.connect()
+    try:
+        return {
+            **source.lag(conn, dict(state) if state else None),
+            "at_ms": int(time.time() * 1000),
+        }
+    finally:
+        conn.close()
+
+
 class LagProbe:
     """A daemon thread measuring the source's lag every ``interval_s`` on its own connection.
 

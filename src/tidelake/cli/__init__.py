@@ -494,6 +494,38 @@ def _print_snapshot_status(staging: Any) -> None:
         )
 
 
+@capture_app.command("lag")
+def capture_lag(
+    config: ConfigOption = None,
+    json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Measure the capture's lag now from the source and the saved position, also while the
+    capture is stopped: slot lag and retained WAL, or binlog bytes and GTIDs behind
+    (docs/capture.md, Lag and health)."""
+    from tidelake.capture.lag import measure_once
+    from tidelake.capture.position import PositionStore
+    from tidelake.capture.sources import open_source
+    from tidelake.errors import TidelakeError
+
+    cfg = _load(config, find_bus=False)
+    try:
+        source = open_source(cfg)
+        report = measure_once(source, PositionStore(cfg.capture_position_file).load())
+    except ConfigError as exc:
+        err_console.print(f"[bold red]invalid configuration[/] {exc}")
+        raise typer.Exit(2) from exc
+    except TidelakeError as exc:
+        err_console.print(f"[bold red]lag not measured[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from exc
+    if json:
+        print_json({"source": source.kind, **report})
+        return
+    for key, value in report.items():
+        if key != "at_ms" and value is not None:
+            plain = isinstance(value, bool) or not isinstance(value, int)
+            console.print(f"{key}: {value}" if plain else f"{key}: {value:,}")
+
+
 @capture_app.callback()
 def capture(
     ctx: typer.Context,

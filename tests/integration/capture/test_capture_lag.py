@@ -6,6 +6,7 @@ own /metrics."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from tidelake.api.monitor import Monitor, status_json
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.lag import binlog_lag, pg_slot_lag
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.runtime.processes import free_port
+from tidelake.runtime.processes import free_port, tidelake_argv
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,8 @@ def test_postgres_slot_lag_grows_while_stopped_and_falls_after_catching_up(
 ) -> None:
     """Slot lag (current WAL minus confirmed_flush_lsn) and retained WAL (minus restart_lsn) of
     pg_replication_slots: small while the capture keeps up; with the capture stopped and
-    ROWS rows written, both exceed the WAL those rows took; restarted, the capture's
+    ROWS rows written, both exceed the WAL those rows took (also as `tidelake capture lag`
+    prints them); restarted, the capture's
     heartbeat, its /metrics and serve's status and /metrics report the lag back down and 0
     seconds behind."""
     conn = postgres.connect()
@@ -118,6 +120,19 @@ def test_postgres_slot_lag_grows_while_stopped_and_falls_after_catching_up(
         assert stopped["bytes"] >= written * 0.9, (stopped, written)
         assert stopped["retained_wal_bytes"] >= stopped["bytes"]
         assert stopped["slot_active"] is False
+        # `tidelake capture lag` measures it with the capture stopped (the on-call's question:
+        # how much WAL does the slot hold now?).
+        cli = subprocess.run(
+            [*tidelake_argv("capture", "lag", "--json", "-c", str(run.config_path))],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert 0 == cli.returncode, cli.stderr
+        printed = orjson.loads(cli.stdout)
+        assert "postgres" == printed["source"]
+        assert printed["bytes"] >= stopped["bytes"]
+        assert printed["retained_wal_bytes"] >= printed["bytes"]
 
         run.start()
         caught_up = _wait_lag(
