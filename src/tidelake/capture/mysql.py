@@ -53,7 +53,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from tidelake.capture import binlog_table_maps
+from tidelake.capture import binlog_rows, binlog_table_maps
 from tidelake.capture import gtid as gtids
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn, parse_dsn
@@ -68,8 +68,10 @@ from tidelake.config import CaptureConfig
 from tidelake.events import Position
 
 log = structlog.get_logger(__name__)
-# Repeated binlog table maps are decoded once (capture/binlog_table_maps.py).
+# Repeated binlog table maps are decoded once, common column types read directly
+# (capture/binlog_table_maps.py, capture/binlog_rows.py).
 binlog_table_maps.install()
+binlog_rows.install()
 
 #: Seconds between server heartbeats while the binlog is idle (lets the reader flush and stop).
 HEARTBEAT_S = 0.25
@@ -437,6 +439,11 @@ class MySQLSource:
             out["gtid"] = self._gtid
         return out
 
+    def _where(self) -> dict[str, Any]:
+        """The server a snapshot state was taken on: its binlog point means nothing on
+        another (``run`` refuses to continue such a snapshot elsewhere)."""
+        return {"server": self.server, "epoch": self.epoch}
+
     def _gtid_at(self, point: BinlogPoint) -> str | None:
         """The GTID position at a binlog point of the server in use (None: unknown)."""
         if not self.gtid_mode:
@@ -685,13 +692,13 @@ class MySQLSource:
                             )
                             progress.rows += 1
                         progress.after = [data[c] for c in info.pk]
-                        sink.resume(_snapshot_state(point, progress))
+                        sink.resume({**_snapshot_state(point, progress), **self._where()})
                         bar.advance(info.table_id, len(chunk))
                         if stop.is_set():
                             return False
                     progress.done.append(info.table_id)
                     progress.table, progress.after = None, None
-                    sink.resume(_snapshot_state(point, progress))
+                    sink.resume({**_snapshot_state(point, progress), **self._where()})
             finally:
                 bar.close()
         conn.rollback()
