@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import pymysql
@@ -86,6 +87,7 @@ _EVENTS = [
 ]  # fmt: skip
 
 
+@lru_cache(maxsize=1024)  # called at every commit of the stream: one regex per file name
 def file_number(name: str) -> int:
     """``binlog.000042`` → 42."""
     match = re.search(r"(\d+)$", name)

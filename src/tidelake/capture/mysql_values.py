@@ -182,6 +182,12 @@ def _fraction(microseconds: int, fsp: int) -> str:
     return f".{microseconds:06d}"[: fsp + 1] if fsp > 0 else ""
 
 
+@lru_cache(maxsize=1024)
+def _decimal_scale(args: str | None) -> int:
+    return int(args.split(",")[1]) if args and "," in args else 0
+
+
+@lru_cache(maxsize=1024)
 def _type_fsp(args: str | None) -> int:
     try:
         return int(args) if args else 0
@@ -269,7 +275,13 @@ def render(value: Any, sql_type: str) -> str | None:
         if isinstance(value, dt.datetime):
             if value.tzinfo is not None:
                 value = value.astimezone(dt.UTC).replace(tzinfo=None)
-            return f"{value:%Y-%m-%d %H:%M:%S}{_fraction(value.microsecond, _type_fsp(args))}"
+            # isoformat is strftime's text for the years DATETIME holds (1000-9999), faster.
+            text = (
+                value.isoformat(" ", "seconds")
+                if value.year >= 1000
+                else f"{value:%Y-%m-%d %H:%M:%S}"
+            )
+            return f"{text}{_fraction(value.microsecond, _type_fsp(args))}"
         return _date_text(str(value))
     if name == "date":
         if isinstance(value, dt.date):
@@ -278,8 +290,7 @@ def render(value: Any, sql_type: str) -> str | None:
     if name == "time":
         return _time_text(value, _type_fsp(args))
     if name == "decimal" and isinstance(value, Decimal):
-        scale = int((args or "10,0").split(",")[1]) if args and "," in args else 0
-        return f"{value:.{scale}f}"
+        return f"{value:.{_decimal_scale(args)}f}"
     if name == "float" and isinstance(value, float):
         return _float32_text(value)
     if name == "double" and isinstance(value, float):
