@@ -205,3 +205,33 @@ def test_source_pointed_at_another_server_resumes_there_by_gtid(
     ]
     assert {epoch_of(e.position.parts) for e in events} == {3}
     conn.close()
+
+
+def test_an_initial_snapshot_is_not_continued_on_another_server(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """A capture stopped part way through its initial snapshot on another server (the
+    saved snapshot state names it): its hand-off binlog point means nothing here, so the
+    capture stops and says to start again with a snapshot."""
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS fo")
+        cur.execute("CREATE TABLE IF NOT EXISTS fo.sn (id int PRIMARY KEY)")
+    conn.close()
+    run = capture_run(tmp_path, nats, mariadb, mariadb)
+    PositionStore(run.config.capture_position_file).save(
+        {
+            "source": "mysql",
+            "phase": "snapshot",
+            "binlog": {"file": "binlog.000001", "pos": 4},
+            "snapshot": {"done": [], "table": "fo.sn", "after": None, "rows": 0},
+            "server": {"address": "127.0.0.1:1", "server_id": 9},
+            "epoch": 0,
+        }
+    )
+    run.start()
+    deadline = time.monotonic() + 60
+    while run.process.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not run.process.alive()
+    assert "a snapshot cannot be resumed elsewhere" in run.process.log_tail(80)
