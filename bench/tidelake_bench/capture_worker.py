@@ -4,7 +4,8 @@ tidelake_bench.capture_worker CONFIG RESULT_JSON UNTIL``.
 It runs the production capture loop (:func:`tidelake.capture.runner.capture_loop` with the
 source ``capture.source`` names, resuming from the position file the bench wrote) until
 JetStream has acknowledged as many messages as ``UNTIL`` says: a number, or the path of a file
-that will hold one (the lag form writes it once its writer is done). Every 0.1 s it samples
+that will hold one (the lag form writes it once its writer is done), or until nothing more
+was acknowledged for 30 s once the target is known. Every 0.1 s it samples
 ``(wall time, messages acknowledged)``. Then it writes one JSON object: the wall and CPU
 seconds from the start of the loop to the last PubAck counted, the samples, and the process's
 peak resident memory.
@@ -33,6 +34,8 @@ from tidelake.runtime import live_metrics as live
 from tidelake_bench.memory import status_kib
 
 SAMPLE_S = 0.1
+#: Once the target is known, stop when nothing more was acknowledged for this long.
+STALLED_S = 30.0
 
 
 def _cpu_s() -> float:
@@ -64,15 +67,20 @@ async def capture_until(config_path: str, until: str) -> dict[str, Any]:
     wall0 = time.time()
 
     async def watch() -> None:
+        moved = time.monotonic()
         while not stop.is_set():
             await asyncio.sleep(SAMPLE_S)
             published = _published()
+            if not samples or published != samples[-1][1]:
+                moved = time.monotonic()
             samples.append((round(time.time(), 3), published))
             target = _target(until)
             if target is not None and published >= target:
                 done["seconds"] = time.perf_counter() - started
                 done["cpu_s"] = _cpu_s() - cpu0
                 stop.set()
+            elif target is not None and time.monotonic() - moved > STALLED_S:
+                stop.set()  # fewer changes than expected: the bench reports the difference
 
     watcher = asyncio.create_task(watch())
     stats = await capture_loop(cfg, source, stop=stop)
