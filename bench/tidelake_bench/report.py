@@ -42,6 +42,7 @@ TARGETS = (
     Target("commit_growth", "commit time at 10M rows <= 1.3x at 1M rows"),
     Target("capture", "capture >= 20,000 changes/s per process, MariaDB and PostgreSQL"),
     Target("capture_lag", "capture behind a 4,000 changes/s writer: max < 5 s"),
+    Target("snapshot", "incremental snapshot >= 20,000 rows/s (10M rows), MariaDB and PostgreSQL"),
 )
 
 #: The sources of the capture part (``capture.py``), as its numbers name them.
@@ -89,6 +90,7 @@ class BenchResult:
             else None
             for k in CAPTURE_SOURCES
         }
+        snaps = {k: n.get(f"snapshot_rows_per_s[{k}]") for k in CAPTURE_SOURCES}
         values: dict[str, tuple[Any, bool | None]] = {
             "freshness_p99": (p99, None if p99 is None else p99 <= 10),
             "stager": (
@@ -102,6 +104,7 @@ class BenchResult:
             "commit_growth": (growth, None if growth is None else growth <= 1.3),
             "capture": (rates, _all(rates, lambda r: r >= 20_000)),
             "capture_lag": (lags, _all(lags, lambda s: s < 5)),
+            "snapshot": (snaps, _all(snaps, lambda r: r >= 20_000)),
         }
         return {
             t.name: {"target": t.text, "value": values[t.name][0], "met": values[t.name][1]}

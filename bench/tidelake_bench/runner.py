@@ -28,7 +28,7 @@ from tidelake_bench.ingest import (
 from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture")
+PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot")
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -45,6 +45,8 @@ class Sizes:
     capture_changes: int = 200_000
     capture_lag_rate: float = 4_000
     capture_lag_seconds: float = 60
+    #: Rows of the table the snapshot part snapshots incrementally, per source.
+    snapshot_rows: int = 10_000_000
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
@@ -63,6 +65,7 @@ QUICK = Sizes(
     freshness_seconds=45,
     capture_changes=30_000,
     capture_lag_seconds=20,
+    snapshot_rows=200_000,
 )
 
 
@@ -117,6 +120,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "freshness": lambda: _freshness(home, sizes, n, result, log, console),
         "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
         "capture": lambda: _capture(home, sizes, n, result, log),
+        "snapshot": lambda: _snapshot(home, sizes, n, result, log),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -216,6 +220,26 @@ def _capture(
             }
             if run.lag.error:
                 result.errors.append(f"capture lag {k}: {run.lag.error}")
+
+
+def _snapshot(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """An incremental snapshot of one large table by parallel chunk readers, per source:
+    rows/s (capture/incremental.py; bench/tidelake_bench/snapshot.py)."""
+    from tidelake_bench.snapshot import run_snapshot_bench
+
+    snap = run_snapshot_bench(home / "snapshot", sizes.snapshot_rows, log)
+    result.details["snapshot"] = snap.to_json()
+    for run in snap.runs:
+        k = run.source
+        n |= {
+            f"snapshot_rows[{k}]": run.rows,
+            f"snapshot_rows_per_s[{k}]": run.rows_per_s,
+            f"snapshot_workers[{k}]": run.workers,
+        }
+        if run.error:
+            result.errors.append(f"snapshot {k}: {run.error}")
 
 
 def _ingest(

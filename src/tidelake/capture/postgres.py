@@ -963,7 +963,9 @@ class PostgresSource:
                             self._ddl_log.housekeeping(self._query)
                         except psycopg2.Error as exc:
                             log.warning("ddl log housekeeping failed", error=str(exc).strip())
-                    if idle and until is None and self._snapshot_tick(sink, settled):
+                    # Not ``idle``: that waits for a saved position, which a snapshot's
+                    # first chunk may be what brings.
+                    if not txn.open and until is None and self._snapshot_tick(sink, settled):
                         sink.resume(self._state("streaming", settled))
                     selectlib.select([conn], [], [], POLL_S)
                     continue
