@@ -75,6 +75,10 @@ REQUESTS_PREFIX = "_tidelake/capture/snapshot-requests/"
 #: message id (``Nats-Msg-Id`` is the position) of a row emitted before it, and stay above the
 #: initial snapshot's running index.
 RESTART_GAP = 10**12
+#: Rows of one chunk published in one message, at most, and about that many bytes of values
+#: (JetStream's default max_payload is 1 MiB).
+MESSAGE_ROWS = 500
+MESSAGE_BYTES = 256 * 1024
 #: Seconds between two looks at the request records.
 REQUEST_POLL_S = 2.0
 #: Chunks dispatched and not yet emitted: at least this many per worker, and as many more
@@ -257,6 +261,22 @@ class _Planned:
     table: str
     plan: Plan | None
     error: BaseException | None = None
+
+
+def message_batches(rows: Sequence[tuple[Key, Any]]) -> Iterable[list[Any]]:
+    """A chunk's row values in groups published as one message each (:data:`MESSAGE_ROWS`
+    rows or :data:`MESSAGE_BYTES` of values; a larger row goes alone)."""
+    batch: list[Any] = []
+    size = 0
+    for _key, data in rows:
+        row_size = sum(len(v) for v in data.values() if v is not None)
+        if batch and (len(batch) >= MESSAGE_ROWS or size + row_size > MESSAGE_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(data)
+        size += row_size
+    if batch:
+        yield batch
 
 
 def _now_ms() -> int:

@@ -58,7 +58,7 @@ from tidelake.capture import binlog_rows, binlog_table_maps
 from tidelake.capture import gtid as gtids
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn, parse_dsn
-from tidelake.capture.incremental import IncrementalSnapshots
+from tidelake.capture.incremental import IncrementalSnapshots, message_batches
 from tidelake.capture.keys import TableShape, resolve_key
 from tidelake.capture.mysql_chunks import MySQLChunks
 from tidelake.capture.mysql_values import binlog_type, column_type, render, snapshot_select
@@ -878,12 +878,12 @@ class MySQLSource:
         now = int(time.time() * 1000)
         for result in ready:
             info = result.meta
-            for _key, data in result.rows:
+            for rows in message_batches(result.rows):
                 sink.put(
-                    self.encoder.row(
-                        database=info.database, table=info.table, pk=info.pk, kind="INSERT",
-                        data=data, old=None, types=info.types,
-                        position=Position((*prefix, snap.next_seq())), commit_ts_ms=now,
+                    self.encoder.inserts(
+                        database=info.database, table=info.table, pk=info.pk, rows=rows,
+                        types=info.types, position=Position((*prefix, snap.next_seq())),
+                        commit_ts_ms=now,
                     )
                 )  # fmt: skip
             snap.emitted(result)

@@ -46,7 +46,7 @@ from psycopg2 import sql
 from tidelake.capture import pg_ddl, pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
-from tidelake.capture.incremental import IncrementalSnapshots
+from tidelake.capture.incremental import IncrementalSnapshots, message_batches
 from tidelake.capture.keys import KeyChoice, TableShape, resolve_key
 from tidelake.capture.pgoutput import RelationInfo
 from tidelake.capture.postgres_chunks import SNAPSHOT_PREFIX, PostgresChunks
@@ -598,12 +598,12 @@ class PostgresSource:
         for result in ready:
             rel = result.meta
             chunks.markers.discard(result.watermark.token)
-            for _key, data in result.rows:
+            for rows in message_batches(result.rows):
                 sink.put(
-                    self.encoder.row(
-                        database=rel.namespace, table=rel.name, pk=rel.pk, kind="INSERT",
-                        data=data, old=None, types=rel.types,
-                        position=Position((settled - 1, snap.next_seq())), commit_ts_ms=now,
+                    self.encoder.inserts(
+                        database=rel.namespace, table=rel.name, pk=rel.pk, rows=rows,
+                        types=rel.types, position=Position((settled - 1, snap.next_seq())),
+                        commit_ts_ms=now,
                     )
                 )  # fmt: skip
             snap.emitted(result)

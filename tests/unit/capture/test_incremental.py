@@ -14,17 +14,23 @@ from typing import Any
 
 import orjson
 
+from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.incremental import (
+    MESSAGE_BYTES,
+    MESSAGE_ROWS,
     REQUESTS_PREFIX,
     RESTART_GAP,
     ChunkResult,
     ChunkSpec,
     IncrementalSnapshots,
     Plan,
+    message_batches,
     range_plan,
     request_path,
     request_record,
 )
+from tidelake.events import Op, Position
+from tidelake.formats.canal_json import decode_object
 from tidelake.runtime.storage import LocalStorage
 
 
@@ -234,3 +240,23 @@ def test_a_request_record_is_queued_then_deleted_once_a_saved_state_holds_it(
     engine.confirmed(engine.state())
     assert storage.list(REQUESTS_PREFIX) == []
     engine.close()
+
+
+def test_a_chunk_goes_out_in_few_messages_each_row_at_its_own_position() -> None:
+    """``message_batches`` groups a chunk's rows (MESSAGE_ROWS a message, a large row
+    alone); a message of several rows decodes to one INSERT per row at ``position + (i,)``,
+    all between the position before and the one after."""
+    rows = [((str(i),), {"id": str(i), "v": "x"}) for i in range(MESSAGE_ROWS + 3)]
+    rows.append((("big",), {"id": "big", "v": "y" * MESSAGE_BYTES}))
+    sizes = [len(b) for b in message_batches(rows)]
+    assert sizes == [MESSAGE_ROWS, 3, 1]
+    out = CanalEncoder("mysql", "t").inserts(
+        database="db", table="t", pk=["id"], rows=[{"id": "1", "v": "a"}, {"id": "2", "v": "b"}],
+        types={"id": "int", "v": "text"}, position=Position((1, 99, 7)), commit_ts_ms=0,
+    )  # fmt: skip
+    events = decode_object(orjson.loads(out.payload), seq=1).events
+    assert [(e.op, e.key, e.position.parts) for e in events] == [
+        (Op.INSERT, {"id": "1"}, (1, 99, 7, 0)),
+        (Op.INSERT, {"id": "2"}, (1, 99, 7, 1)),
+    ]
+    assert Position((1, 99, 6, 999)) < events[0].position < Position((1, 99, 8))
