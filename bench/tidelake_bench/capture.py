@@ -12,7 +12,8 @@ inserts, updates, deletes over three tables). Two forms:
   publisher. Reported: changes/s from the loop's start to the last PubAck, the capture
   process's CPU seconds, and changes per CPU second (what one core sustains).
 * **lag under load**: the capture runs from the start while a writer commits at a fixed rate
-  (``lag_rate`` statements/s, one transaction after another) for ``lag_seconds``. Every 0.1 s
+  (``lag_rate`` statements/s, one transaction after another, each sent in one round trip:
+  :class:`OneTripWriter`) for ``lag_seconds``. Every 0.1 s
   the capture notes how many changes JetStream has acknowledged; its lag at that instant is
   how long ago the writer committed the last of those changes (``now - commit time of the
   last published change``). Reported: p50/p99/max of the lag.
@@ -136,6 +137,14 @@ class _Database:
     @property
     def dsn(self) -> str:
         return self.server.dsn
+
+    def one_trip_connection(self) -> Any:
+        """An autocommit connection that takes several statements in one request."""
+        if isinstance(self.server, MariaDBServer):
+            from pymysql.constants import CLIENT
+
+            return self.server.connect(client_flag=CLIENT.MULTI_STATEMENTS)
+        return self.server.connect()
 
     def writer(self) -> Any:
         """A connection with autocommit off, as ``run_sql_workload`` wants it."""
@@ -287,6 +296,57 @@ def lag_samples(samples: list[tuple[float, int]], commits: list[tuple[float, int
     return out
 
 
+class OneTripWriter:
+    """A DB-API connection for ``run_sql_workload`` that sends each transaction in one round
+    trip at its commit (the statements rendered by the driver's own ``mogrify``), so that one
+    writer connection keeps up a few thousand changes/s beside the capture; it notes when
+    each transaction committed and how many rows it had changed by then.
+
+    MariaDB reports each statement's changed rows (multi-statement results); PostgreSQL logs
+    every row an UPDATE matches, even unchanged, so each statement of the workload (all by
+    primary key, replayed in order by one writer) is one change there.
+    """
+
+    rowcount = 1
+
+    def __init__(self, conn: Any, kind: str) -> None:
+        self._conn = conn
+        self._kind = kind
+        self._cursor = conn.cursor()
+        self._pending: list[str] = []
+        self.rows = 0
+        #: (wall time, rows changed so far) at each commit.
+        self.commits: list[tuple[float, int]] = []
+
+    def cursor(self) -> OneTripWriter:
+        return self
+
+    def execute(self, sql: str, params: Any) -> None:
+        text = self._cursor.mogrify(sql, params)
+        self._pending.append(text.decode() if isinstance(text, bytes) else text)
+
+    def commit(self) -> None:
+        if not self._pending:
+            return
+        body = "; ".join(self._pending)
+        statements = len(self._pending)
+        self._pending.clear()
+        cur = self._cursor
+        if self._kind == "mysql":
+            cur.execute(f"START TRANSACTION; {body}; COMMIT")
+            changed = max(cur.rowcount, 0)
+            while cur.nextset():
+                changed += max(cur.rowcount, 0)
+        else:
+            changed = statements
+            cur.execute(f"BEGIN; {body}; COMMIT")
+        self.rows += changed
+        self.commits.append((time.time(), self.rows))
+
+    def close(self) -> None:
+        """The workload's cursor is done (the connection is closed by its owner)."""
+
+
 def run_lag(kind: str, home: Path, rate: float, seconds: float, log: Log, seed: int = 13) -> LagRun:
     """The lag-under-load form for one source."""
     lag = LagRun(rate=rate, seconds=seconds)
@@ -304,49 +364,41 @@ def run_lag(kind: str, home: Path, rate: float, seconds: float, log: Log, seed: 
 
         thread = threading.Thread(target=capture, name="capture-worker")
         thread.start()
-        commits: list[tuple[float, int]] = []
-        # The statements are counted per commit; row events per statement are scaled below.
-        conn = db.writer()
+        conn = db.one_trip_connection()
+        writer = OneTripWriter(conn, kind)
+        started = time.monotonic()
         try:
             time.sleep(2.0)  # the worker's start-up (imports, connections) is not lag
             log(f"{kind}: writing {rate:,.0f} statements/s for {seconds:.0f} s under capture")
-            stop_at = time.monotonic() + seconds
-            written = run_sql_workload(
-                conn,
+            started = time.monotonic()
+            stop_at = started + seconds
+            run_sql_workload(
+                writer,
                 WorkloadSpec(events=int(rate * seconds * 2), seed=seed),
                 rate=rate,
-                on_progress=lambda n: commits.append((time.time(), n)),
                 should_stop=lambda: time.monotonic() >= stop_at,
             )
         finally:
+            elapsed = time.monotonic() - started
             conn.close()
-            until.write_text(str(_written_rows(locals().get("written"))))
+            until.write_text(str(writer.rows))
         thread.join()
         if failure:
             lag.error = repr(failure[0])
             return lag
-        lag.changes = written.rows_changed
-        lag.writer_changes_per_s = per_second(written.rows_changed, written.elapsed_s)
-        # Statements → changes: a statement changes one row, except an UPDATE that sets what a
-        # row already holds (MariaDB logs no event for it); scale by the run's own ratio.
-        scale = written.rows_changed / written.statements if written.statements else 1.0
-        scaled = [(t, round(n * scale)) for t, n in commits]
-        if scaled:
-            scaled[-1] = (scaled[-1][0], written.rows_changed)
-        behind = lag_samples([(t, n) for t, n in report["samples"]], scaled)
+        lag.changes = writer.rows
+        lag.writer_changes_per_s = per_second(writer.rows, elapsed)
+        if report["published"] != writer.rows:
+            lag.error = f"published {report['published']} changes, the writer made {writer.rows}"
+        behind = lag_samples([(t, n) for t, n in report["samples"]], writer.commits)
         lag.lag_p50_s = _round(percentile(behind, 50))
         lag.lag_p99_s = _round(percentile(behind, 99))
         lag.lag_max_s = _round(max(behind) if behind else None)
-        done = [t for t, n in report["samples"] if n >= written.rows_changed]
-        if done and commits:
-            lag.drain_s = _round(max(0.0, done[0] - commits[-1][0]))
+        done = [t for t, n in report["samples"] if n >= writer.rows]
+        if done and writer.commits:
+            lag.drain_s = _round(max(0.0, done[0] - writer.commits[-1][0]))
         lag.capture_cpu_s = report["cpu_s"]
     return lag
-
-
-def _written_rows(written: Any) -> int:
-    # Without a result (the writer failed) the worker is told to stop at once.
-    return int(written.rows_changed) if written is not None else 0
 
 
 def _round(value: float | None) -> float | None:
