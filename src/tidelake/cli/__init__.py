@@ -707,7 +707,11 @@ def bench(
     ] = False,
     json: Annotated[bool, typer.Option("--json", help="print one JSON result line last")] = False,
     part: Annotated[
-        list[str] | None, typer.Option(help="stage, ingest or freshness (repeatable; default all)")
+        list[str] | None,
+        typer.Option(
+            help="stage, ingest, freshness, nats_sync, capture or snapshot (repeatable; "
+            "default all; docs/benchmarks.md)"
+        ),
     ] = None,
     home: Annotated[
         Path | None,
