@@ -79,6 +79,8 @@ RESTART_GAP = 10**12
 #: (JetStream's default max_payload is 1 MiB).
 MESSAGE_ROWS = 500
 MESSAGE_BYTES = 256 * 1024
+#: Failed reads of one chunk (the server gone, a timeout) before its table is failed.
+MAX_READ_FAILURES = 5
 #: Seconds between two looks at the request records.
 REQUEST_POLL_S = 2.0
 #: Chunks dispatched and not yet emitted: at least this many per worker, and as many more
@@ -154,6 +156,8 @@ class ChunkResult:
     error: BaseException | None = None
     #: What the source needs to emit the rows (its table metadata as read with them).
     meta: Any = None
+    #: The engine's generation at dispatch: a read from before :meth:`reread_all` is dropped.
+    generation: int = 0
 
 
 class ChunkSource(Protocol):
@@ -254,6 +258,7 @@ class _Task:
     spec: ChunkSpec | None = None
     #: The stream point when the chunk was dispatched (:meth:`ChunkSource.valid`).
     floor: Any = None
+    generation: int = 0
 
 
 @dataclass
@@ -328,6 +333,8 @@ class IncrementalSnapshots:
         self._in_flight: dict[str, dict[int, int]] = {}
         self._keyset_after: dict[str, Any] = {}
         self._retry: dict[str, list[int]] = {}
+        self._generation = 0
+        self._failures: dict[tuple[str, int], int] = {}
         self._planning: set[str] = set()
         self._ready: list[ChunkResult] = []
         self._threads: list[threading.Thread] = []
@@ -573,22 +580,26 @@ class IncrementalSnapshots:
                 self._planned(got)
                 continue
             table = got.spec.table
+            if got.generation != self._generation:
+                continue  # read before reread_all: dropped
             if got.spec.chunk not in self._in_flight.get(table, {}):
                 continue  # the table was re-queued meanwhile: a stale read
             progress = self.tables[table]
             if got.error is not None:
-                self._finish(table, "failed", f"{type(got.error).__name__}: {got.error}")
-                self._changed_state()
+                failures = self._failures.get((table, got.spec.chunk), 0) + 1
+                self._failures[(table, got.spec.chunk)] = failures
+                if failures >= MAX_READ_FAILURES:
+                    self._finish(table, "failed", f"{type(got.error).__name__}: {got.error}")
+                    self._changed_state()
+                    continue
+                log.warning("chunk read failed; read again", table=table,
+                            chunk=got.spec.chunk, error=str(got.error))  # fmt: skip
+                self._read_again(got.spec)
                 continue
             if not self.source.valid(got.watermark, got.floor):
                 log.info("chunk read again: a streamed change was not visible to it yet",
                          table=table, chunk=got.spec.chunk)  # fmt: skip
-                self._in_flight[table].pop(got.spec.chunk, None)
-                if got.spec.keyset:
-                    self._next_chunk[table] = got.spec.chunk
-                    self._keyset_after[table] = got.spec.after
-                else:
-                    self._retry.setdefault(table, []).append(got.spec.chunk)
+                self._read_again(got.spec)
                 continue
             if got.spec.keyset and not got.final:
                 # The next keyset chunk starts after this one's last key, read or not yet
@@ -596,6 +607,32 @@ class IncrementalSnapshots:
                 self._keyset_after[table] = got.last
             progress.updated_ms = _now_ms()
             self._ready.append(got)
+
+    def _read_again(self, spec: ChunkSpec) -> None:
+        self._in_flight[spec.table].pop(spec.chunk, None)
+        if spec.keyset:
+            self._next_chunk[spec.table] = spec.chunk
+            self._keyset_after[spec.table] = spec.after
+        else:
+            self._retry.setdefault(spec.table, []).append(spec.chunk)
+
+    def reread_all(self) -> None:
+        """Forget every chunk read but not emitted (its watermark means nothing any more:
+        the capture now reads another server's log, capture/gtid.py); they are read again."""
+        self._generation += 1
+        for table, flight in self._in_flight.items():
+            progress = self.tables.get(table)
+            for chunk in sorted(flight):
+                if progress is not None and progress.plan is not None:
+                    if progress.plan.mode == "keyset":
+                        self._next_chunk[table] = progress.done_next
+                        self._keyset_after[table] = progress.after
+                    else:
+                        self._retry.setdefault(table, []).append(chunk)
+            flight.clear()
+            if table in self._changes:
+                self._changes[table] = []
+        self._ready = []
 
     def _planned(self, got: _Planned) -> None:
         self._planning.discard(got.table)
@@ -629,7 +666,7 @@ class IncrementalSnapshots:
                     self.active.add(table)
                     self._changes[table] = []
                 flight[spec.chunk] = self._tick
-                self._tasks.put(_Task("chunk", table, spec, point))
+                self._tasks.put(_Task("chunk", table, spec, point, self._generation))
             if self._outstanding() >= limit:
                 return
 
@@ -691,7 +728,10 @@ class IncrementalSnapshots:
                     result = self.source.read_chunk(task.spec, self.chunk_rows)
                 except Exception as exc:
                     result = ChunkResult(task.spec, [], None, error=exc)
+                    with contextlib.suppress(Exception):  # a broken connection: a new one
+                        self.source.close_worker()
                 result.floor = task.floor
+                result.generation = task.generation
                 self._results.put(result)
         finally:
             with contextlib.suppress(Exception):

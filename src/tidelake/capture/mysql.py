@@ -155,6 +155,7 @@ class MySQLSource:
         self._snap: IncrementalSnapshots | None = None
         self._chunks: MySQLChunks | None = None
         self._txn_mark: tuple[int, int] = (0, 0)
+        self._snap_epoch = 0
         self._staging: Any = None
 
     # -- connections ------------------------------------------------------------------------
@@ -856,6 +857,7 @@ class MySQLSource:
         saved = (state or {}).get("incremental")
         fresh = state is None or state.get("phase") != "streaming" or saved is None
         self._snap.load(saved, tables, fresh=fresh)
+        self._snap_epoch = self.epoch
 
     def _is_captured(self, table: str) -> bool:
         database, _, name = table.partition(".")
@@ -871,6 +873,11 @@ class MySQLSource:
         snap = self._snap
         if snap is None:
             return False
+        if self.epoch != self._snap_epoch:
+            # Another server now (failover): chunk points of the old one compare with
+            # nothing here; what was read and not emitted is read again on this one.
+            self._snap_epoch = self.epoch
+            snap.reread_all()
         ready = snap.tick((file_number(reader.log_file), int(reader.log_pos)))
         if not ready:
             return False
