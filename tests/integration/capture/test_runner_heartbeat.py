@@ -82,6 +82,9 @@ def test_liveness_and_heartbeat_turn_while_pubacks_are_slow(
         saved.append(state)
         stop.set()
 
+    # LIVENESS is the process's one clock: an earlier test of this session last turned it.
+    # A capture process starts with it fresh, as here.
+    LIVENESS.beat()
     watcher = threading.Thread(target=watch)
     watcher.start()
     started = time.monotonic()
