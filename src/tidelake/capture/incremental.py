@@ -484,10 +484,15 @@ class IncrementalSnapshots:
         """A streamed change of ``table`` (call only when ``table in self.active``)."""
         self._changes[table].append((mark, key, self._tick))
 
-    def tick(self, point: Any) -> list[ChunkResult]:
+    def tick(self, point: Any, *, emit: bool = True) -> list[ChunkResult]:
         """At a transaction boundary (or idle) at stream ``point``: dispatch work, and return
         the chunks to emit now, their rows filtered. The caller emits them before anything
-        else and calls :meth:`emitted` for each."""
+        else and calls :meth:`emitted` for each.
+
+        ``emit`` False holds every chunk back: the source's emission point is not yet above
+        every position an earlier run may have published (after ``kill -9``, the stream
+        replays up to where it was; a chunk emitted below that would sort under the lake's
+        position watermark and be dropped)."""
         self.poll_requests()
         if not self.queue:
             return []
@@ -495,6 +500,8 @@ class IncrementalSnapshots:
         self._start_workers()
         self._collect(point)
         self._dispatch(point)
+        if not emit:
+            return []
         out: list[ChunkResult] = []
         keep: list[ChunkResult] = []
         for result in self._ready:

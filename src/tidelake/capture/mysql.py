@@ -156,6 +156,7 @@ class MySQLSource:
         self._chunks: MySQLChunks | None = None
         self._txn_mark: tuple[int, int] = (0, 0)
         self._snap_epoch = 0
+        self._snap_floor: tuple[int, int] = (0, 0)
         self._staging: Any = None
 
     # -- connections ------------------------------------------------------------------------
@@ -858,6 +859,9 @@ class MySQLSource:
         fresh = state is None or state.get("phase") != "streaming" or saved is None
         self._snap.load(saved, tables, fresh=fresh)
         self._snap_epoch = self.epoch
+        # Chunks are emitted only from the binlog's end as of now on: every position an
+        # earlier run published (before a kill -9, unsaved) lies below it.
+        self._snap_floor = point_key(self.master_status())
 
     def _is_captured(self, table: str) -> bool:
         database, _, name = table.partition(".")
@@ -878,7 +882,10 @@ class MySQLSource:
             # nothing here; what was read and not emitted is read again on this one.
             self._snap_epoch = self.epoch
             snap.reread_all()
-        ready = snap.tick((file_number(reader.log_file), int(reader.log_pos)))
+        ready = snap.tick(
+            (file_number(reader.log_file), int(reader.log_pos)),
+            emit=point_key(base) >= self._snap_floor,
+        )
         if not ready:
             return False
         prefix = gtids.txn_prefix(self.epoch, file_number(base[0]), base[1] - 1)

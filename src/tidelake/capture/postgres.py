@@ -184,6 +184,8 @@ class PostgresSource:
         self._chunks: PostgresChunks | None = None
         self._staging: Any = None
         self._txn_xid = 0
+        self._snap_floor = 0
+        self._last_marker_lsn = 0
 
     # -- connections ------------------------------------------------------------------------
 
@@ -582,6 +584,10 @@ class PostgresSource:
         saved = (state or {}).get("incremental")
         fresh = state is None or state.get("phase") != "streaming" or saved is None
         self._snap.load(saved, self._captured_ids(), fresh=fresh)
+        # Chunks are emitted only at points past the WAL's end as of now: every position an
+        # earlier run published (before a kill -9, unsaved) lies below it.
+        end = self._query("SELECT pg_current_wal_insert_lsn()::text")[0][0]
+        self._snap_floor = pgoutput.parse_lsn(str(end))
 
     def _snapshot_tick(self, sink: Sink, settled: int) -> bool:
         """At a transaction boundary (or idle), ``settled`` the end of the last commit
@@ -591,7 +597,10 @@ class PostgresSource:
         snap, chunks = self._snap, self._chunks
         if snap is None or chunks is None:
             return False
-        ready = snap.tick(chunks.commits)
+        # Right after the last commit streamed, or at the last chunk marker when that came
+        # later (a marker's LSN lies between the commits before and after it).
+        point = max(settled - 1, self._last_marker_lsn)
+        ready = snap.tick(chunks.commits, emit=point >= self._snap_floor)
         if not ready:
             return False
         now = int(time.time() * 1000)
@@ -602,7 +611,7 @@ class PostgresSource:
                 sink.put(
                     self.encoder.inserts(
                         database=rel.namespace, table=rel.name, pk=rel.pk, rows=rows,
-                        types=rel.types, position=Position((settled - 1, snap.next_seq())),
+                        types=rel.types, position=Position((point, snap.next_seq())),
                         commit_ts_ms=now,
                     )
                 )  # fmt: skip
@@ -1004,6 +1013,9 @@ class PostgresSource:
                     ):
                         # A chunk read ended (capture/postgres_chunks.py); outside a txn.
                         self._chunks.markers.add(message.content.decode())
+                        # One below its LSN: below every commit after it whether pgoutput
+                        # gives the record's start or end, above every commit before it.
+                        self._last_marker_lsn = max(self._last_marker_lsn, message.lsn - 1)
                         if not txn.open and self._snapshot_tick(sink, settled):
                             sink.resume(self._state("streaming", settled))
                     continue
