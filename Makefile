@@ -41,8 +41,13 @@ demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgo
 .PHONY: test
 test: export SETUP_CHROMIUM := 1
 test: export TIDELAKE_SETUP_TESTS := 1
-test: setup ## Run the test suite (unit, integration on real services, e2e)
-	$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+test: setup ## Run the test suite (unit, integration on real services, e2e short forms)
+	$(PY) -m pytest -m "not long" --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+.PHONY: e2e
+e2e: export TIDELAKE_SETUP_TESTS := 1
+e2e: setup ## Long forms of the end-to-end tests (marked long; e.g. a 1M-row incremental snapshot under load with kill -9)
+	$(PY) -m pytest -m long --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 CHAOS_SEED ?= 1
 CHAOS_EVENTS ?= 30000
