@@ -27,7 +27,9 @@ from tidelake.verify.source import verify_table
 sys.path.insert(0, str(Path(__file__).parents[1] / "capture"))
 from capturekit import CaptureRun, Writer, decoded, stream_messages
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# The long form (about 5 minutes): `make e2e`, not `make test`; its short form is
+# tests/integration/capture/test_incremental_snapshot.py (10,000 rows, kill -9, stream folded).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.long]
 
 ROWS = int(os.environ.get("TIDELAKE_SNAPSHOT_E2E_ROWS", "1000000"))
 #: Events staged and ingested at a time.
