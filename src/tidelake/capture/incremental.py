@@ -751,3 +751,31 @@ class IncrementalSnapshots:
         for thread in self._threads:
             thread.join(timeout=30)
         self._threads = []
+
+
+class SnapshotHooks:
+    """What the capture runner and the publication sync ask of a source that snapshots on
+    demand; each source sets ``_snap`` (its engine, once streaming starts) and ``_staging``."""
+
+    _snap: IncrementalSnapshots | None
+    _staging: Any
+
+    def attach_staging(self, storage: Any) -> None:
+        """The staging store holding snapshot requests (the runner's)."""
+        self._staging = storage
+        if self._snap is not None:
+            self._snap.storage = storage
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """Incremental snapshots per table (heartbeat ``"snapshot"``)."""
+        return self._snap.snapshot_status() if self._snap is not None else {"tables": {}}
+
+    def snapshot_saved(self, state: dict[str, Any]) -> None:
+        """``state`` is saved: delete the snapshot requests it holds (the runner calls it)."""
+        if self._snap is not None:
+            self._snap.confirmed(state.get("incremental") or {})
+
+    def queue_snapshot(self, table: str) -> bool:
+        """Snapshot ``table`` (``db.table`` / ``schema.table``) incrementally, from the
+        stream's next boundary; False before streaming started."""
+        return self._snap is not None and self._snap.request(table)

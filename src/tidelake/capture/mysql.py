@@ -58,7 +58,11 @@ from tidelake.capture import binlog_rows, binlog_table_maps
 from tidelake.capture import gtid as gtids
 from tidelake.capture.canal import CanalEncoder, classify_ddl
 from tidelake.capture.dsn import SourceDsn, parse_dsn
-from tidelake.capture.incremental import IncrementalSnapshots, message_batches
+from tidelake.capture.incremental import (
+    IncrementalSnapshots,
+    SnapshotHooks,
+    message_batches,
+)
 from tidelake.capture.keys import TableShape, resolve_key
 from tidelake.capture.mysql_chunks import MySQLChunks
 from tidelake.capture.mysql_values import binlog_type, column_type, render, snapshot_select
@@ -119,7 +123,7 @@ class TableInfo:
         return f"{self.database}.{self.table}"
 
 
-class MySQLSource:
+class MySQLSource(SnapshotHooks):
     """Snapshot + binlog streaming of one MySQL/MariaDB server."""
 
     kind = "mysql"
@@ -825,25 +829,6 @@ class MySQLSource:
         return {**state_for(base), **self._position_fields()}
 
     # -- incremental snapshots (capture/incremental.py) -------------------------------------
-
-    def attach_staging(self, storage: Any) -> None:
-        """The staging store holding snapshot requests (the runner's)."""
-        self._staging = storage
-        if self._snap is not None:
-            self._snap.storage = storage
-
-    def snapshot_status(self) -> dict[str, Any]:
-        """Incremental snapshots per table (heartbeat ``"snapshot"``)."""
-        return self._snap.snapshot_status() if self._snap is not None else {"tables": {}}
-
-    def snapshot_saved(self, state: dict[str, Any]) -> None:
-        """``state`` is saved: delete the snapshot requests it holds (the runner calls it)."""
-        if self._snap is not None:
-            self._snap.confirmed(state.get("incremental") or {})
-
-    def queue_snapshot(self, table: str) -> bool:
-        """Snapshot ``table`` (``db.table``) incrementally, from the stream's next boundary."""
-        return self._snap is not None and self._snap.request(table)
 
     def _start_incremental(self, state: dict[str, Any] | None) -> None:
         self._chunks = MySQLChunks(self, MySQLSource(self.cfg, self.dsn), file_number)

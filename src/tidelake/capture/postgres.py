@@ -46,7 +46,11 @@ from psycopg2 import sql
 from tidelake.capture import pg_ddl, pgoutput
 from tidelake.capture.canal import CanalEncoder
 from tidelake.capture.dsn import SourceDsn
-from tidelake.capture.incremental import IncrementalSnapshots, message_batches
+from tidelake.capture.incremental import (
+    IncrementalSnapshots,
+    SnapshotHooks,
+    message_batches,
+)
 from tidelake.capture.keys import KeyChoice, TableShape, resolve_key
 from tidelake.capture.pgoutput import RelationInfo
 from tidelake.capture.postgres_chunks import SNAPSHOT_PREFIX, PostgresChunks
@@ -152,7 +156,7 @@ def relation_ddl(
     return out
 
 
-class PostgresSource:
+class PostgresSource(SnapshotHooks):
     """Snapshot + pgoutput streaming of one PostgreSQL database."""
 
     kind = "postgres"
@@ -530,35 +534,12 @@ class PostgresSource:
 
     def _on_table_added(self, table_id: str) -> None:
         """A table joined the publication while streaming: its rows written before that
-        are not in the stream. A source that can snapshot one table (``queue_snapshot``)
-        is asked to; otherwise the log says what to do."""
-        queue = getattr(self, "queue_snapshot", None)
-        if callable(queue):
-            queue(table_id)
-            return
-        log.warning("table added to the capture while streaming: its earlier rows are read "
-                    "only by a snapshot", table=table_id)  # fmt: skip
+        are not in the stream, so it is snapshotted incrementally."""
+        if not self.queue_snapshot(table_id):
+            log.warning("table added to the capture but not snapshotted: its earlier rows are "
+                        "read only by `tidelake capture snapshot`", table=table_id)  # fmt: skip
 
     # -- incremental snapshots (capture/incremental.py) -------------------------------------
-
-    def attach_staging(self, storage: Any) -> None:
-        """The staging store holding snapshot requests (the runner's)."""
-        self._staging = storage
-        if self._snap is not None:
-            self._snap.storage = storage
-
-    def snapshot_status(self) -> dict[str, Any]:
-        """Incremental snapshots per table (heartbeat ``"snapshot"``)."""
-        return self._snap.snapshot_status() if self._snap is not None else {"tables": {}}
-
-    def snapshot_saved(self, state: dict[str, Any]) -> None:
-        """``state`` is saved: delete the snapshot requests it holds (the runner calls it)."""
-        if self._snap is not None:
-            self._snap.confirmed(state.get("incremental") or {})
-
-    def queue_snapshot(self, table: str) -> bool:
-        """Snapshot ``table`` (``schema.table``) incrementally, from the stream's next tick."""
-        return self._snap is not None and self._snap.request(table)
 
     def _captured_ids(self) -> set[str]:
         return {
