@@ -37,7 +37,6 @@ from typing import Any
 import orjson
 import yaml
 
-from tidelake.bus.connection import connect
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.position import PositionStore
 from tidelake.capture.servers import MariaDBServer, PostgresServer
@@ -209,16 +208,6 @@ def _capture_config(home: Path, nats_url: str, db: _Database) -> Path:
     return path
 
 
-async def _stream_count(url: str) -> int:
-    cfg = load_config(None, environ={})
-    nc = await connect(cfg.bus, url)
-    try:
-        info = await nc.jetstream().stream_info(cfg.bus.stream.name)
-        return int(info.state.messages)
-    finally:
-        await nc.close()
-
-
 def _worker(config: Path, home: Path, until: str, timeout_s: float) -> dict[str, Any]:
     out = home / "worker-result.json"
     run = run_job(
@@ -265,7 +254,7 @@ def run_throughput(
         run.capture_changes_per_s = per_second(run.changes, report["seconds"])
         run.capture_changes_per_cpu_s = per_second(run.changes, report["cpu_s"])
         run.capture_peak_rss_mib = mib(report["peak_rss_kib"])
-        stored = asyncio.run(_stream_count(nats.url))
+        stored = asyncio.run(tools.stream_messages(nats.url))
         if stored != run.changes or run.duplicates:
             run.error = (
                 f"the stream holds {stored} messages ({run.duplicates} duplicates), "

@@ -26,7 +26,6 @@ from typing import Any
 
 import yaml
 
-from tidelake.bus.connection import connect
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.position import PositionStore
 from tidelake.capture.servers import MariaDBServer, PostgresServer
@@ -147,16 +146,6 @@ def _config(home: Path, nats_url: str, kind: str, server: Any, workers: int, chu
     return path
 
 
-async def _count(url: str) -> int:
-    cfg = load_config(None, environ={})
-    nc = await connect(cfg.bus, url)
-    try:
-        info = await nc.jetstream().stream_info(cfg.bus.stream.name)
-        return int(info.state.messages)
-    finally:
-        await nc.close()
-
-
 def run_snapshot(
     kind: str, home: Path, rows: int, workers: int, chunk: int, log: Log, timeout_s: float
 ) -> SnapshotRun:
@@ -192,7 +181,7 @@ def run_snapshot(
             run.seconds = round(seconds, 2)
             run.rows_per_s = round(int(table["rows_done"]) / max(seconds, 1e-3))
             # Several rows to a message (capture/incremental.py, MESSAGE_ROWS).
-            run.messages = asyncio.run(_count(nats.url))
+            run.messages = asyncio.run(tools.stream_messages(nats.url))
             if int(table["rows_done"]) != rows:
                 run.error = f"{table['rows_done']} rows snapshotted of {rows}"
         log(f"snapshot {kind}: {run.rows_per_s:,} rows/s ({workers} workers)")

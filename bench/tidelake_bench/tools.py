@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tidelake.bus.connection import connect
+from tidelake.config import load_config
 from tidelake.lake.spark import HUDI_BUNDLE_JAR
 
 #: Environment variables that point at the tools instead (same names as bench/setup uses).
@@ -29,6 +31,17 @@ def subprocess_env(env: dict[str, str] | None = None) -> dict[str, str]:
     out = dict(os.environ if env is None else env)
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), out.get("PYTHONPATH")]))
     return out
+
+
+async def stream_messages(url: str) -> int:
+    """How many messages the default change stream holds on the ``nats-server`` at ``url``."""
+    cfg = load_config(None, environ={})
+    nc = await connect(cfg.bus, url)
+    try:
+        info = await nc.jetstream().stream_info(cfg.bus.stream.name)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
 
 
 def run_setup() -> bool:
