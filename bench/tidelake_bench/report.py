@@ -227,6 +227,19 @@ _ROWS = (
         "capture PostgreSQL: fixed-rate writer changes/s",
         "capture_lag_writer_changes_per_s[postgres]",
     ),
+    ("snapshot MariaDB: rows", "snapshot_rows[mysql]"),
+    ("snapshot MariaDB: rows/s (incremental, parallel chunks)", "snapshot_rows_per_s[mysql]"),
+    ("snapshot MariaDB: chunk readers", "snapshot_workers[mysql]"),
+    ("snapshot PostgreSQL: rows", "snapshot_rows[postgres]"),
+    ("snapshot PostgreSQL: rows/s (incremental, parallel chunks)", "snapshot_rows_per_s[postgres]"),
+    ("snapshot PostgreSQL: chunk readers", "snapshot_workers[postgres]"),
+    ("initial snapshot MariaDB: rows", "snapshot_initial_rows[mysql]"),
+    ("initial snapshot MariaDB: rows/s (one connection)", "snapshot_initial_rows_per_s[mysql]"),
+    ("initial snapshot PostgreSQL: rows", "snapshot_initial_rows[postgres]"),
+    (
+        "initial snapshot PostgreSQL: rows/s (one connection)",
+        "snapshot_initial_rows_per_s[postgres]",
+    ),
     ("stager peak RSS MiB", "stager_peak_rss_mib"),
     ("Spark driver (JVM) peak RSS MiB, ingest bench", "driver_peak_rss_mib"),
     ("ingest process + JVM peak RSS MiB, pipeline", "ingest_peak_rss_mib"),
@@ -250,23 +263,40 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".",
         "",
-        f"Sizes: {n.get('stage_events', 0):,} messages staged; ingest batches of "
-        f"{n.get('batch_events', 0):,} changes (70% updates, 20% inserts, 10% deletes) into "
-        f"{n.get('table_rows', 0):,} rows, {n.get('timed_batches', 0)} timed after one "
-        f"warm-up; commit time at {n.get('rows_small', 0):,} vs {n.get('rows_large') or 0:,} "
-        f"rows; freshness at {n.get('freshness_rate', 0):,.0f} events/s for "
-        f"{n.get('freshness_seconds', 0):,.0f} s.",
-        "",
+        *_sizes(n),
         "| measurement | value |",
         "|---|---|",
     ]
-    lines += [f"| {label} | {_fmt(n.get(key))} |" for label, key in _ROWS]
+    # A run of some parts (--part) shows what it measured, not a row per part it skipped.
+    lines += [f"| {label} | {_fmt(n[key])} |" for label, key in _ROWS if n.get(key) is not None]
     lines += ["", "| target | value | met |", "|---|---|---|"]
     for t in result.targets().values():
-        lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
+        if t["met"] is not None:
+            lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
     if result.errors:
         lines += ["", "Not measured:", ""] + [f"- {e}" for e in result.errors]
     return "\n".join(lines) + "\n"
+
+
+def _sizes(n: dict[str, Any]) -> list[str]:
+    """The sizes line of the parts that ran (with the blank line after it), else nothing."""
+    parts = []
+    if n.get("stage_events"):
+        parts.append(f"{n['stage_events']:,} messages staged")
+    if n.get("batch_events"):
+        parts.append(
+            f"ingest batches of {n['batch_events']:,} changes (70% updates, 20% inserts, "
+            f"10% deletes) into {n.get('table_rows', 0):,} rows, "
+            f"{n.get('timed_batches', 0)} timed after one warm-up"
+        )
+    if n.get("rows_small"):
+        parts.append(f"commit time at {n['rows_small']:,} vs {n.get('rows_large') or 0:,} rows")
+    if n.get("freshness_rate"):
+        parts.append(
+            f"freshness at {n['freshness_rate']:,.0f} events/s for "
+            f"{n.get('freshness_seconds', 0):,.0f} s"
+        )
+    return [f"Sizes: {'; '.join(parts)}.", ""] if parts else []
 
 
 RUNS_HEADING = "## Runs"

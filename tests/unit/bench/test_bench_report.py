@@ -5,7 +5,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tidelake_bench.report import HEADLINE, RUNS_HEADING, BenchResult, append_run, derive
+from tidelake_bench.report import (
+    HEADLINE,
+    RUNS_HEADING,
+    BenchResult,
+    append_run,
+    derive,
+    render_markdown,
+)
 from tidelake_bench.runner import parse_variant
 
 
@@ -95,6 +102,33 @@ def test_runs_are_appended_under_the_runs_heading(tmp_path: Path) -> None:
     assert "start 1.0 / 2.0 / 3.0" in text
     assert "| freshness p50 s | 2.5 |" in text
     assert "- hoodiestreamer: jar missing" in text
+
+
+def test_a_run_of_some_parts_shows_only_what_it_measured() -> None:
+    """``--part capture --part snapshot``: their rows and targets, no row of '—' per part
+    that did not run, no sizes line of zeros; the snapshot's rows/s are a row of their own."""
+    result = _result(
+        **{
+            "capture_changes_per_s[postgres]": 23_341.7,
+            "capture_changes_per_s[mysql]": 8_499.5,
+            "snapshot_rows[mysql]": 10_000_000,
+            "snapshot_rows_per_s[mysql]": 84_434,
+            "snapshot_rows_per_s[postgres]": 238_311,
+        }
+    )
+    text = render_markdown(result)
+    assert "| capture PostgreSQL: changes/s (wall) | 23,342 |" in text
+    assert "| snapshot MariaDB: rows | 10,000,000 |" in text
+    assert "| snapshot PostgreSQL: rows/s (incremental, parallel chunks) | 238,311 |" in text
+    assert "—" not in text.split("\n", 1)[1]  # the title's dash only
+    assert "Sizes:" not in text
+    assert "freshness" not in text
+    assert "| capture >= 20,000 changes/s per process, MariaDB and PostgreSQL |" in text
+    assert "mysql 8,500, postgres 23,342 | no |" in text
+    assert "(10M rows), MariaDB and PostgreSQL | mysql 84,434, postgres 238,311 | yes |" in text
+    full = render_markdown(_result(stage_events=20_000, freshness_rate=1_000.0,
+                                   freshness_seconds=45.0))  # fmt: skip
+    assert "Sizes: 20,000 messages staged; freshness at 1,000 events/s for 45 s." in full
 
 
 def test_a_variant_names_its_hudi_options() -> None:
