@@ -425,8 +425,11 @@ class CaptureConfig(_Model):
     tables: list[str] = Field(
         [], description="'db.table' or 'db.*' (PostgreSQL: 'schema.table'); empty = all"
     )
-    snapshot: Literal["initial", "never"] = Field(
-        "initial", description="read existing rows first (initial) or stream changes only"
+    snapshot: Literal["initial", "incremental", "never"] = Field(
+        "initial",
+        description="at the first start: read existing rows first in one consistent snapshot "
+        "(initial), read them in parallel chunks while streaming from the log's end "
+        "(incremental: docs/capture.md, Snapshots on demand), or stream changes only (never)",
     )
     chunk_rows: int = Field(10_000, ge=1, description="rows per snapshot chunk (keyset reads)")
     snapshot_workers: int = Field(

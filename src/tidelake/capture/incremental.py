@@ -753,6 +753,18 @@ class IncrementalSnapshots:
         self._threads = []
 
 
+def snapshotted_at_start(state: dict[str, Any] | None, mode: str) -> bool:
+    """Whether the tables captured at this start count as snapshotted already (``fresh`` of
+    :meth:`IncrementalSnapshots.load`): a first start whose initial snapshot reads them
+    (``capture.snapshot: initial``) or that skips them (``never``), an initial snapshot
+    being resumed, or a state saved before incremental snapshots. A first start with
+    ``capture.snapshot: incremental`` queues every captured table instead: streaming starts
+    at the log's end and the tables are read in parallel chunks beside it."""
+    if state is None:
+        return mode != "incremental"
+    return state.get("phase") != "streaming" or state.get("incremental") is None
+
+
 class SnapshotHooks:
     """What the capture runner and the publication sync ask of a source that snapshots on
     demand; each source sets ``_snap`` (its engine, once streaming starts) and ``_staging``."""

@@ -62,6 +62,7 @@ from tidelake.capture.incremental import (
     IncrementalSnapshots,
     SnapshotHooks,
     message_batches,
+    snapshotted_at_start,
 )
 from tidelake.capture.keys import TableShape, resolve_key
 from tidelake.capture.mysql_chunks import MySQLChunks
@@ -405,7 +406,9 @@ class MySQLSource(SnapshotHooks):
                 "snapshot cannot be resumed elsewhere. Empty the lake tables and remove the "
                 "position file to start again with a snapshot"
             )
-        if state is None and self.cfg.snapshot == "never":
+        if state is None and self.cfg.snapshot != "initial":
+            # never, or incremental: the tables queued by _start_incremental are read in
+            # chunks beside the stream.
             point = self.master_status()
             self._gtid = self._gtid_at(point)
             sink.resume({**_streaming_state(point), **self._position_fields()}, flush_after_s=0)
@@ -840,9 +843,11 @@ class MySQLSource(SnapshotHooks):
             captured=self._is_captured,
         )
         self._snap.storage = self._staging
-        saved = (state or {}).get("incremental")
-        fresh = state is None or state.get("phase") != "streaming" or saved is None
-        self._snap.load(saved, tables, fresh=fresh)
+        self._snap.load(
+            (state or {}).get("incremental"),
+            tables,
+            fresh=snapshotted_at_start(state, self.cfg.snapshot),
+        )
         self._snap_epoch = self.epoch
         # Chunks are emitted only from the binlog's end as of now on: every position an
         # earlier run published (before a kill -9, unsaved) lies below it.

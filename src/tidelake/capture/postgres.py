@@ -50,6 +50,7 @@ from tidelake.capture.incremental import (
     IncrementalSnapshots,
     SnapshotHooks,
     message_batches,
+    snapshotted_at_start,
 )
 from tidelake.capture.keys import KeyChoice, TableShape, resolve_key
 from tidelake.capture.pgoutput import RelationInfo
@@ -562,9 +563,11 @@ class PostgresSource(SnapshotHooks):
             captured=lambda table: table in self._captured_ids(),
         )
         self._snap.storage = self._staging
-        saved = (state or {}).get("incremental")
-        fresh = state is None or state.get("phase") != "streaming" or saved is None
-        self._snap.load(saved, self._captured_ids(), fresh=fresh)
+        self._snap.load(
+            (state or {}).get("incremental"),
+            self._captured_ids(),
+            fresh=snapshotted_at_start(state, self.cfg.snapshot),
+        )
         # Chunks are emitted only at points past the WAL's end as of now: every position an
         # earlier run published (before a kill -9, unsaved) lies below it.
         end = self._query("SELECT pg_current_wal_insert_lsn()::text")[0][0]

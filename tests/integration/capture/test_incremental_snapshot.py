@@ -195,3 +195,144 @@ def test_postgres_table_added_then_requested_under_writes_with_kill_9(
         tmp_path, make_run, writer, "incpg.t", caught_up,
         lambda: postgres_rows(postgres.connect(), "incpg.t", ["id"]), nats,
     )  # fmt: skip
+
+
+#: Rows of the text-keyed table a first start reads by keyset chunks.
+KEYSET_ROWS = 2_000
+
+
+def _first_start_incremental(
+    tmp_path: Path,
+    make_run: Any,
+    writer: Writer,
+    tables: tuple[str, str],
+    caught_up: Any,
+    source_rows: Any,
+    nats: EmbeddedNats,
+) -> None:
+    """``capture.snapshot: incremental`` at a first start (no saved position): streaming
+    begins at the log's end at once, and both existing tables (integer key: ranges; text
+    key: keyset chunks) are read in parallel chunks beside it, under a writer, with
+    ``kill -9`` mid-snapshot. No initial snapshot runs (no saved state ever has phase
+    ``snapshot``), and the stream folds to both source tables."""
+    ranged, keyset = tables
+    run = make_run(tmp_path / "capture", [ranged, keyset]).start()
+    writer.start()
+    phases: set[str] = set()
+
+    def mid_snapshot(s: dict[str, Any]) -> bool:
+        phases.add(s["phase"])
+        return _table(s, ranged).get("chunks_done", 0) >= 10
+
+    run.wait_until(mid_snapshot, 120)
+    assert _table(run.position(), ranged)["state"] == "running"
+    run.process.kill()  # SIGKILL mid-snapshot
+    time.sleep(0.5)
+    run.start()
+
+    def both_done(s: dict[str, Any]) -> bool:
+        phases.add(s["phase"])
+        return all(_table(s, t).get("state") == "done" for t in tables)
+
+    run.wait_until(both_done, 180)
+    writer.stop.set()
+    writer.join()
+    assert writer.error is None
+    assert writer.committed > 200
+    caught_up(run)
+    run.process.stop()
+    assert {"streaming"} == phases
+    events = decoded(stream_messages(nats.url))
+    assert _snapshot_rows(events, ranged) > ROWS * 0.8
+    assert _snapshot_rows(events, keyset) >= KEYSET_ROWS
+    for table in tables:
+        assert "" == row_differences(source_rows(table), fold(events, table)), table
+
+
+def test_mariadb_first_start_with_incremental_snapshot_under_writes_with_kill_9(
+    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """MariaDB, ``capture.snapshot: incremental`` (the module's first-start scenario)."""
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE incfirst")
+        cur.execute("USE incfirst")  # seq_1_to_N lives in the current database
+        cur.execute("CREATE TABLE incfirst.t (id bigint PRIMARY KEY, v varchar(32), n int)")
+        cur.execute(f"INSERT INTO incfirst.t SELECT seq, concat('v', seq), 0 FROM seq_1_to_{ROWS}")
+        cur.execute("CREATE TABLE incfirst.k (code varchar(16) PRIMARY KEY, n int)")
+        cur.execute(
+            "INSERT INTO incfirst.k SELECT concat('k', lpad(seq, 6, '0')), seq "
+            f"FROM seq_1_to_{KEYSET_ROWS}"
+        )
+    conn.close()
+    dsn = f"mysql://{mariadb.user}@127.0.0.1:{mariadb.port}/"
+
+    def make_run(home: Path, tables: list[str]) -> CaptureRun:
+        return CaptureRun(home, nats.url, dsn, tables, password=mariadb.password,
+                          capture={**CAPTURE, "snapshot": "incremental"})  # fmt: skip
+
+    def caught_up(run: CaptureRun) -> None:
+        c = mariadb.connect()
+        with c.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        c.close()
+        run.wait_until(
+            lambda s: (
+                point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
+            ),
+            60,
+        )
+
+    writer = Writer(lambda: mariadb.connect(autocommit=False), "incfirst.t", ROWS, seed=9,
+                    pause_s=0.003)  # fmt: skip
+    _first_start_incremental(
+        tmp_path, make_run, writer, ("incfirst.t", "incfirst.k"), caught_up,
+        lambda table: mysql_rows(mariadb.connect(), table), nats,
+    )  # fmt: skip
+
+
+def test_postgres_first_start_with_incremental_snapshot_under_writes_with_kill_9(
+    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    """PostgreSQL, ``capture.snapshot: incremental`` (the module's first-start scenario)."""
+    conn = postgres.connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA incfirstpg")
+        cur.execute("CREATE TABLE incfirstpg.t (id bigint PRIMARY KEY, v text, n int)")
+        cur.execute(
+            f"INSERT INTO incfirstpg.t SELECT g, 'v' || g, 0 FROM generate_series(1, {ROWS}) g"
+        )
+        cur.execute("CREATE TABLE incfirstpg.k (code text PRIMARY KEY, n int)")
+        cur.execute(
+            "INSERT INTO incfirstpg.k SELECT 'k' || lpad(g::text, 6, '0'), g "
+            f"FROM generate_series(1, {KEYSET_ROWS}) g"
+        )
+    conn.close()
+
+    def make_run(home: Path, tables: list[str]) -> CaptureRun:
+        return CaptureRun(home, nats.url, postgres.dsn, tables,
+                          capture={**CAPTURE, "snapshot": "incremental", "slot": "incfirst",
+                                   "publication": "incfirst"})  # fmt: skip
+
+    def caught_up(run: CaptureRun) -> None:
+        c = postgres.connect()
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            target = pgoutput.parse_lsn(cur.fetchone()[0])
+        c.close()
+        run.wait_until(lambda s: int(s["lsn"]) >= target, 60)
+
+    def connect() -> Any:
+        c = postgres.connect()
+        c.autocommit = False
+        return c
+
+    keys = {"incfirstpg.t": ["id"], "incfirstpg.k": ["code"]}
+    writer = Writer(connect, "incfirstpg.t", ROWS, seed=10, pause_s=0.003)
+    _first_start_incremental(
+        tmp_path, make_run, writer, ("incfirstpg.t", "incfirstpg.k"), caught_up,
+        lambda table: postgres_rows(postgres.connect(), table, keys[table]), nats,
+    )  # fmt: skip

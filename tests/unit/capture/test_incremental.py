@@ -29,6 +29,7 @@ from tidelake.capture.incremental import (
     range_plan,
     request_path,
     request_record,
+    snapshotted_at_start,
 )
 from tidelake.events import Op, Position
 from tidelake.formats.canal_json import decode_object
@@ -130,6 +131,23 @@ def test_a_new_table_is_read_in_chunks_and_every_row_emitted_once() -> None:
     status = engine.snapshot_status()["tables"]["db.t"]
     assert (status["state"], status["rows_done"], status["chunks_done"]) == ("done", 95, 10)
     assert "db.t" in engine.state()["snapshotted"]
+    engine.close()
+
+
+def test_which_starts_count_the_captured_tables_as_snapshotted() -> None:
+    """A first start snapshots its tables itself (initial) or not at all (never); with
+    ``incremental`` it queues them all; a resumed initial snapshot and a state saved before
+    incremental snapshots count them as done; a streaming state keeps its own list."""
+    assert snapshotted_at_start(None, "initial") is True
+    assert snapshotted_at_start(None, "never") is True
+    assert snapshotted_at_start(None, "incremental") is False
+    for mode in ("initial", "incremental", "never"):
+        assert snapshotted_at_start({"phase": "snapshot"}, mode) is True
+        assert snapshotted_at_start({"phase": "streaming"}, mode) is True
+        assert snapshotted_at_start({"phase": "streaming", "incremental": {}}, mode) is False
+    engine = _engine(FakeSource({1: "v1"}))
+    engine.load(None, ["db.a", "db.t"], fresh=snapshotted_at_start(None, "incremental"))
+    assert engine.queue == ["db.a", "db.t"]
     engine.close()
 
 
