@@ -45,8 +45,10 @@ class Sizes:
     capture_changes: int = 200_000
     capture_lag_rate: float = 4_000
     capture_lag_seconds: float = 60
-    #: Rows of the table the snapshot part snapshots incrementally, per source.
+    #: Rows of the table the snapshot part snapshots incrementally, per source, and of the
+    #: one it snapshots the initial way (one connection) for comparison.
     snapshot_rows: int = 10_000_000
+    snapshot_initial_rows: int = 1_000_000
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
@@ -66,6 +68,7 @@ QUICK = Sizes(
     capture_changes=30_000,
     capture_lag_seconds=20,
     snapshot_rows=200_000,
+    snapshot_initial_rows=50_000,
 )
 
 
@@ -225,21 +228,24 @@ def _capture(
 def _snapshot(
     home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
 ) -> None:
-    """An incremental snapshot of one large table by parallel chunk readers, per source:
-    rows/s (capture/incremental.py; bench/tidelake_bench/snapshot.py)."""
+    """A first start's snapshot of one large table per source: incremental (parallel chunk
+    readers) and, smaller, initial (one connection): rows/s (capture/incremental.py;
+    bench/tidelake_bench/snapshot.py)."""
     from tidelake_bench.snapshot import run_snapshot_bench
 
-    snap = run_snapshot_bench(home / "snapshot", sizes.snapshot_rows, log)
+    snap = run_snapshot_bench(home / "snapshot", sizes.snapshot_rows, log,
+                              initial_rows=sizes.snapshot_initial_rows)  # fmt: skip
     result.details["snapshot"] = snap.to_json()
     for run in snap.runs:
         k = run.source
+        prefix = "snapshot" if run.mode == "incremental" else f"snapshot_{run.mode}"
         n |= {
-            f"snapshot_rows[{k}]": run.rows,
-            f"snapshot_rows_per_s[{k}]": run.rows_per_s,
-            f"snapshot_workers[{k}]": run.workers,
+            f"{prefix}_rows[{k}]": run.rows,
+            f"{prefix}_rows_per_s[{k}]": run.rows_per_s,
+            f"{prefix}_workers[{k}]": run.workers,
         }
         if run.error:
-            result.errors.append(f"snapshot {k}: {run.error}")
+            result.errors.append(f"snapshot {k} ({run.mode}): {run.error}")
 
 
 def _ingest(

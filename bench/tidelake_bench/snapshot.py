@@ -1,14 +1,20 @@
-"""Snapshot throughput: rows/s of an incremental snapshot of one large table, per source.
+"""Snapshot throughput: rows/s of a first start's snapshot of one large table, per source
+and per ``capture.snapshot`` mode.
 
 For MariaDB and PostgreSQL: a private server and ``nats-server``; a table
 ``snapbench.t (id bigint primary key, v varchar(32), n int, amount decimal(12,2), at
 timestamp)`` of ``rows`` rows; a capture (``tidelake capture``, the production process)
-started at the end of the log with a saved state in which the table was never snapshotted,
-so it is snapshotted incrementally at start (capture/incremental.py) by
-``capture.snapshot_workers`` chunk readers of ``capture.chunk_rows`` rows while the stream
-keeps running. Reported: rows/s from the first chunk dispatched to the last emitted (the
-state's ``started_ms``/``updated_ms``), the wall time of the process, and the stream's message
-count (several rows to a message); the rows snapshotted must equal the table's.
+started with no saved position:
+
+- ``incremental``: streaming starts at the log's end and the table is snapshotted beside it
+  (capture/incremental.py) by ``capture.snapshot_workers`` chunk readers of
+  ``capture.chunk_rows`` rows. Rows/s from the first chunk dispatched to the last emitted (the
+  state's ``started_ms``/``updated_ms``); the rows snapshotted must equal the table's.
+- ``initial``: one consistent snapshot read by one connection before streaming. Rows/s over
+  the wall time from the process's start to the first saved state of phase ``streaming``
+  (it includes the process's start-up, about a second).
+
+Also reported: the wall time of the process and the stream's message count.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class SnapshotRun:
     """One source's numbers."""
 
     source: str = ""
+    mode: str = "incremental"
     rows: int = 0
     workers: int = 0
     chunk_rows: int = 0
@@ -99,15 +106,17 @@ def _fill(kind: str, server: Any, rows: int) -> None:
         conn.close()
 
 
-def _config(home: Path, nats_url: str, kind: str, server: Any, workers: int, chunk: int) -> Path:
-    """A capture config, and a saved state at the log's end that never snapshotted the
-    table: the capture snapshots it incrementally at start."""
+def _config(
+    home: Path, nats_url: str, kind: str, server: Any, workers: int, chunk: int, mode: str
+) -> Path:
+    """A capture config for a first start (no saved position) with ``capture.snapshot``
+    ``mode``."""
     home.mkdir(parents=True, exist_ok=True)
     path = home / "config.yaml"
     capture = {
         "source": server.dsn,
         "tables": [TABLE],
-        "snapshot": "never",
+        "snapshot": mode,
         "chunk_rows": chunk,
         "snapshot_workers": workers,
     }
@@ -115,42 +124,18 @@ def _config(home: Path, nats_url: str, kind: str, server: Any, workers: int, chu
         capture |= {"slot": "snapbench", "publication": "snapbench"}
     path.write_text(yaml.safe_dump({"home": str(home), "bus": {"url": nats_url},
                                     "capture": capture}))  # fmt: skip
-    cfg = load_config(path, environ={})
-    never: dict[str, Any] = {"seq": 0, "snapshotted": [], "queue": [], "tables": {}}
-    conn = server.connect()
-    try:
-        if kind == "postgres":
-            conn.autocommit = True
-        with conn.cursor() as cur:
-            if kind == "mysql":
-                cur.execute("SHOW MASTER STATUS")
-                file, pos = cur.fetchone()[:2]
-                state: dict[str, Any] = {
-                    "source": "mysql", "phase": "streaming",
-                    "binlog": {"file": str(file), "pos": int(pos)}, "incremental": never,
-                }  # fmt: skip
-            else:
-                from tidelake.capture.pgoutput import parse_lsn
-
-                cur.execute(f"CREATE PUBLICATION snapbench FOR TABLE {TABLE}")
-                cur.execute(
-                    "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                    ("snapbench",),
-                )
-                lsn = parse_lsn(cur.fetchone()[0])
-                state = {"source": "postgres", "phase": "streaming", "lsn": lsn,
-                         "slot": "snapbench", "relations": {}, "incremental": never}  # fmt: skip
-    finally:
-        conn.close()
-    PositionStore(cfg.capture_position_file).save(state)
     return path
 
 
 def run_snapshot(
-    kind: str, home: Path, rows: int, workers: int, chunk: int, log: Log, timeout_s: float
-) -> SnapshotRun:
-    """One source: fill, capture until the table is snapshotted, read the numbers."""
-    run = SnapshotRun(source=kind, rows=rows, workers=workers, chunk_rows=chunk)
+    kind: str, home: Path, rows: int, workers: int, chunk: int, log: Log, timeout_s: float,
+    mode: str = "incremental",
+) -> SnapshotRun:  # fmt: skip
+    """One source and mode: fill, capture until the table is snapshotted, read the
+    numbers."""
+    if mode == "initial":
+        workers = 1  # one connection reads the consistent snapshot
+    run = SnapshotRun(source=kind, mode=mode, rows=rows, workers=workers, chunk_rows=chunk)
     server: Any = (
         MariaDBServer(home / "mariadb") if kind == "mysql" else PostgresServer(home / "pg")
     )
@@ -160,7 +145,7 @@ def run_snapshot(
         _fill(kind, server, rows)
         log(f"snapshot {kind}: {rows:,} rows written in {time.monotonic() - t0:.0f}s")
         with EmbeddedNats(home / "nats") as nats:
-            config = _config(home / "capture", nats.url, kind, server, workers, chunk)
+            config = _config(home / "capture", nats.url, kind, server, workers, chunk, mode)
             cfg = load_config(config, environ={})
             env = {**tools.subprocess_env(), "TIDELAKE_CONFIG": str(config)}
             run.load["start"] = list(machine.load_average())
@@ -171,20 +156,27 @@ def run_snapshot(
                     stderr=subprocess.STDOUT,
                 )  # fmt: skip
                 try:
-                    table = _wait_done(proc, cfg.capture_position_file, timeout_s)
+                    table = _wait_done(proc, cfg.capture_position_file, timeout_s, mode)
                     run.wall_s = round(time.monotonic() - started, 1)
                 finally:
                     os.kill(proc.pid, signal.SIGTERM)
                     proc.wait(60)
             run.load["end"] = list(machine.load_average())
-            seconds = (int(table["updated_ms"]) - int(table["started_ms"])) / 1000
-            run.seconds = round(seconds, 2)
-            run.rows_per_s = round(int(table["rows_done"]) / max(seconds, 1e-3))
-            # Several rows to a message (capture/incremental.py, MESSAGE_ROWS).
+            # incremental: several rows to a message (capture/incremental.py, MESSAGE_ROWS);
+            # initial: one a row.
             run.messages = asyncio.run(tools.stream_messages(nats.url))
-            if int(table["rows_done"]) != rows:
-                run.error = f"{table['rows_done']} rows snapshotted of {rows}"
-        log(f"snapshot {kind}: {run.rows_per_s:,} rows/s ({workers} workers)")
+            if table is None:  # initial: timed by the wall clock
+                run.seconds = run.wall_s
+                run.rows_per_s = round(rows / max(run.wall_s or 0, 1e-3))
+                if run.messages != rows:
+                    run.error = f"{run.messages} messages for {rows} rows"
+            else:
+                seconds = (int(table["updated_ms"]) - int(table["started_ms"])) / 1000
+                run.seconds = round(seconds, 2)
+                run.rows_per_s = round(int(table["rows_done"]) / max(seconds, 1e-3))
+                if int(table["rows_done"]) != rows:
+                    run.error = f"{table['rows_done']} rows snapshotted of {rows}"
+        log(f"snapshot {kind} ({mode}): {run.rows_per_s:,} rows/s ({workers} readers)")
     finally:
         if isinstance(server, PostgresServer):
             server.remove()
@@ -193,16 +185,25 @@ def run_snapshot(
     return run
 
 
-def _wait_done(proc: subprocess.Popen[bytes], position: Path, timeout_s: float) -> Any:
+def _wait_done(
+    proc: subprocess.Popen[bytes], position: Path, timeout_s: float, mode: str
+) -> dict[str, Any] | None:
+    """Until the snapshot is done: the table's incremental progress, or None for an initial
+    snapshot (done once a saved state is in phase ``streaming``)."""
     deadline = time.monotonic() + timeout_s
     store = PositionStore(position)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"capture exited {proc.returncode} (see capture.log)")
         state = store.load() or {}
+        if mode == "initial":
+            if state.get("phase") == "streaming":
+                return None
+            time.sleep(0.1)
+            continue
         table = ((state.get("incremental") or {}).get("tables") or {}).get(TABLE) or {}
         if table.get("state") == "done":
-            return table
+            return dict(table)
         if table.get("state") == "failed":
             raise RuntimeError(f"snapshot failed: {table.get('error')}")
         time.sleep(0.5)
@@ -211,17 +212,20 @@ def _wait_done(proc: subprocess.Popen[bytes], position: Path, timeout_s: float) 
 
 def run_snapshot_bench(
     home: Path, rows: int, log: Log, *, workers: int = 4, chunk_rows: int = 10_000,
-    timeout_s: float = 3600, sources: tuple[str, ...] = SOURCES,
+    timeout_s: float = 3600, sources: tuple[str, ...] = SOURCES, initial_rows: int = 0,
 ) -> SnapshotResult:  # fmt: skip
-    """Every source in turn (never at once: each would slow the other)."""
+    """Every source in turn (never at once: each would slow the other): ``incremental`` of
+    ``rows`` rows, then, with ``initial_rows``, ``initial`` of that many for comparison."""
     result = SnapshotResult()
+    plan = [("incremental", rows)] + ([("initial", initial_rows)] if initial_rows else [])
     for kind in sources:
-        try:
-            result.runs.append(
-                run_snapshot(kind, home / kind, rows, workers, chunk_rows, log, timeout_s)
-            )
-        except Exception as exc:  # a broken source must not hide the other's numbers
-            result.runs.append(SnapshotRun(source=kind, rows=rows, error=repr(exc)[:2000]))
+        for mode, size in plan:
+            where = home / f"{kind}-{mode}"
+            try:
+                run = run_snapshot(kind, where, size, workers, chunk_rows, log, timeout_s, mode)
+            except Exception as exc:  # a broken source must not hide the other's numbers
+                run = SnapshotRun(source=kind, mode=mode, rows=size, error=repr(exc)[:2000])
+            result.runs.append(run)
     return result
 
 
@@ -231,6 +235,10 @@ if __name__ == "__main__":  # pragma: no cover - by hand: python -m tidelake_ben
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     which = tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else SOURCES
     got = run_snapshot_bench(
-        Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/snapbench"), size, print, sources=which
+        Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/snapbench"),
+        size,
+        print,
+        sources=which,
+        initial_rows=int(sys.argv[4]) if len(sys.argv) > 4 else 0,
     )
     print(json.dumps(got.to_json(), indent=2))

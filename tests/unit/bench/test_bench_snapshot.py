@@ -19,9 +19,10 @@ def test_the_snapshot_target_needs_20000_rows_per_s_from_both_sources() -> None:
 
 
 def test_the_part_is_declared_with_the_issues_size_and_a_quick_one() -> None:
-    """``--part snapshot`` exists; the full form snapshots 10M rows, the quick one 200k; a
-    run's numbers serialise for the result file."""
+    """``--part snapshot`` exists; the full form snapshots 10M rows incrementally (1M the
+    initial way), the quick one 200k (50k); a run's numbers serialise for the result file."""
     assert "snapshot" in PARTS
     assert (FULL.snapshot_rows, QUICK.snapshot_rows) == (10_000_000, 200_000)
+    assert (FULL.snapshot_initial_rows, QUICK.snapshot_initial_rows) == (1_000_000, 50_000)
     out = SnapshotResult([SnapshotRun(source="mysql", rows=10, rows_per_s=5.0)]).to_json()
     assert out["runs"][0]["rows_per_s"] == 5.0
