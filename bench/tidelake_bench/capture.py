@@ -53,11 +53,6 @@ SOURCES = ("mysql", "postgres")
 WORKER_TIMEOUT_S = 1800
 #: As fast as the writer's connection goes.
 UNLIMITED = 1e9
-#: The bench's nats-server fsyncs on JetStream's default schedule, not before every PubAck as
-#: the embedded server does: nats-server fsyncs each write on its own, so with
-#: ``sync_interval: always`` any publisher is bounded by the disk's fsync rate (the
-#: ``nats_sync`` part measures that ceiling), and this part measures the capture.
-SYNC_ALWAYS = False
 
 
 @dataclass
@@ -236,7 +231,10 @@ def run_throughput(
     database server)`` is called once the capture is done, before both servers stop (a test
     compares the stream with the tables there)."""
     run = SourceRun(source=kind)
-    with EmbeddedNats(home / "nats", sync_always=SYNC_ALWAYS) as nats, _Database(kind, home) as db:
+    with (
+        EmbeddedNats(home / "nats", sync_always=tools.CAPTURE_SYNC_ALWAYS) as nats,
+        _Database(kind, home) as db,
+    ):
         config = _capture_config(home / "capture", nats.url, db)
         log(f"{kind}: writing {changes:,} changes")
         conn = db.writer()
@@ -339,7 +337,10 @@ class OneTripWriter:
 def run_lag(kind: str, home: Path, rate: float, seconds: float, log: Log, seed: int = 13) -> LagRun:
     """The lag-under-load form for one source."""
     lag = LagRun(rate=rate, seconds=seconds)
-    with EmbeddedNats(home / "nats", sync_always=SYNC_ALWAYS) as nats, _Database(kind, home) as db:
+    with (
+        EmbeddedNats(home / "nats", sync_always=tools.CAPTURE_SYNC_ALWAYS) as nats,
+        _Database(kind, home) as db,
+    ):
         config = _capture_config(home / "capture", nats.url, db)
         until = home / "capture" / "until"
         report: dict[str, Any] = {}

@@ -144,7 +144,7 @@ def run_snapshot(
         t0 = time.monotonic()
         _fill(kind, server, rows)
         log(f"snapshot {kind}: {rows:,} rows written in {time.monotonic() - t0:.0f}s")
-        with EmbeddedNats(home / "nats") as nats:
+        with EmbeddedNats(home / "nats", sync_always=tools.CAPTURE_SYNC_ALWAYS) as nats:
             config = _config(home / "capture", nats.url, kind, server, workers, chunk, mode)
             cfg = load_config(config, environ={})
             env = {**tools.subprocess_env(), "TIDELAKE_CONFIG": str(config)}

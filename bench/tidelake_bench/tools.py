@@ -20,6 +20,12 @@ BENCH_JARS_ENV = "TIDELAKE_BENCH_JARS"
 UTILITIES_JAR = "hudi-utilities-slim-bundle_2.12-1.1.1.jar"
 
 
+#: The capture and snapshot parts' nats-server fsyncs on JetStream's default schedule, not
+#: before every PubAck as the embedded server does: nats-server fsyncs each write on its own,
+#: so with ``sync_interval: always`` any publisher is bounded by the disk's fsync rate (the
+#: ``nats_sync`` part measures that ceiling), and those parts measure the capture.
+CAPTURE_SYNC_ALWAYS = False
+
 #: The bench lives in the source checkout, never in the wheel: ``bench/tidelake_bench/``.
 BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = BENCH_DIR.parent
