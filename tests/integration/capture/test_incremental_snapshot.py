@@ -63,6 +63,46 @@ def _snapshot_rows(events: list[Any], table: str) -> int:
     )
 
 
+def _mariadb_caught_up(mariadb: MariaDBServer) -> Any:
+    """Waits until a run's saved binlog point reaches the server's end as of the call."""
+
+    def caught_up(run: CaptureRun) -> None:
+        c = mariadb.connect()
+        with c.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        c.close()
+        run.wait_until(
+            lambda s: (
+                point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
+            ),
+            60,
+        )
+
+    return caught_up
+
+
+def _postgres_caught_up(postgres: PostgresServer) -> Any:
+    """Waits until a run's saved LSN reaches the server's WAL end as of the call."""
+
+    def caught_up(run: CaptureRun) -> None:
+        c = postgres.connect()
+        c.autocommit = True
+        with c.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            target = pgoutput.parse_lsn(cur.fetchone()[0])
+        c.close()
+        run.wait_until(lambda s: int(s["lsn"]) >= target, 60)
+
+    return caught_up
+
+
+def _postgres_writer_connection(postgres: PostgresServer) -> Any:
+    c = postgres.connect()
+    c.autocommit = False
+    return c
+
+
 def _add_kill_request_check(
     tmp_path: Path,
     make_run: Any,
@@ -135,23 +175,10 @@ def test_mariadb_table_added_then_requested_under_writes_with_kill_9(
         return CaptureRun(home, nats.url, dsn, tables, password=mariadb.password,
                           capture=CAPTURE)  # fmt: skip
 
-    def caught_up(run: CaptureRun) -> None:
-        c = mariadb.connect()
-        with c.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        c.close()
-        run.wait_until(
-            lambda s: (
-                point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-            ),
-            60,
-        )
-
     writer = Writer(lambda: mariadb.connect(autocommit=False), "inc.t", ROWS, seed=7,
                     pause_s=0.003)  # fmt: skip
     _add_kill_request_check(
-        tmp_path, make_run, writer, "inc.t", caught_up,
+        tmp_path, make_run, writer, "inc.t", _mariadb_caught_up(mariadb),
         lambda: mysql_rows(mariadb.connect(), "inc.t"), nats,
     )  # fmt: skip
 
@@ -176,23 +203,10 @@ def test_postgres_table_added_then_requested_under_writes_with_kill_9(
         return CaptureRun(home, nats.url, postgres.dsn, tables,
                           capture={**CAPTURE, "slot": "incpg", "publication": "incpg"})  # fmt: skip
 
-    def caught_up(run: CaptureRun) -> None:
-        c = postgres.connect()
-        c.autocommit = True
-        with c.cursor() as cur:
-            cur.execute("SELECT pg_current_wal_lsn()::text")
-            target = pgoutput.parse_lsn(cur.fetchone()[0])
-        c.close()
-        run.wait_until(lambda s: int(s["lsn"]) >= target, 60)
-
-    def connect() -> Any:
-        c = postgres.connect()
-        c.autocommit = False
-        return c
-
-    writer = Writer(connect, "incpg.t", ROWS, seed=8, pause_s=0.003)
+    writer = Writer(lambda: _postgres_writer_connection(postgres), "incpg.t", ROWS, seed=8,
+                    pause_s=0.003)  # fmt: skip
     _add_kill_request_check(
-        tmp_path, make_run, writer, "incpg.t", caught_up,
+        tmp_path, make_run, writer, "incpg.t", _postgres_caught_up(postgres),
         lambda: postgres_rows(postgres.connect(), "incpg.t", ["id"]), nats,
     )  # fmt: skip
 
@@ -271,23 +285,10 @@ def test_mariadb_first_start_with_incremental_snapshot_under_writes_with_kill_9(
         return CaptureRun(home, nats.url, dsn, tables, password=mariadb.password,
                           capture={**CAPTURE, "snapshot": "incremental"})  # fmt: skip
 
-    def caught_up(run: CaptureRun) -> None:
-        c = mariadb.connect()
-        with c.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        c.close()
-        run.wait_until(
-            lambda s: (
-                point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-            ),
-            60,
-        )
-
     writer = Writer(lambda: mariadb.connect(autocommit=False), "incfirst.t", ROWS, seed=9,
                     pause_s=0.003)  # fmt: skip
     _first_start_incremental(
-        tmp_path, make_run, writer, ("incfirst.t", "incfirst.k"), caught_up,
+        tmp_path, make_run, writer, ("incfirst.t", "incfirst.k"), _mariadb_caught_up(mariadb),
         lambda table: mysql_rows(mariadb.connect(), table), nats,
     )  # fmt: skip
 
@@ -316,23 +317,11 @@ def test_postgres_first_start_with_incremental_snapshot_under_writes_with_kill_9
                           capture={**CAPTURE, "snapshot": "incremental", "slot": "incfirst",
                                    "publication": "incfirst"})  # fmt: skip
 
-    def caught_up(run: CaptureRun) -> None:
-        c = postgres.connect()
-        c.autocommit = True
-        with c.cursor() as cur:
-            cur.execute("SELECT pg_current_wal_lsn()::text")
-            target = pgoutput.parse_lsn(cur.fetchone()[0])
-        c.close()
-        run.wait_until(lambda s: int(s["lsn"]) >= target, 60)
-
-    def connect() -> Any:
-        c = postgres.connect()
-        c.autocommit = False
-        return c
-
     keys = {"incfirstpg.t": ["id"], "incfirstpg.k": ["code"]}
-    writer = Writer(connect, "incfirstpg.t", ROWS, seed=10, pause_s=0.003)
+    writer = Writer(lambda: _postgres_writer_connection(postgres), "incfirstpg.t", ROWS,
+                    seed=10, pause_s=0.003)  # fmt: skip
     _first_start_incremental(
-        tmp_path, make_run, writer, ("incfirstpg.t", "incfirstpg.k"), caught_up,
+        tmp_path, make_run, writer, ("incfirstpg.t", "incfirstpg.k"),
+        _postgres_caught_up(postgres),
         lambda table: postgres_rows(postgres.connect(), table, keys[table]), nats,
     )  # fmt: skip
