@@ -47,7 +47,7 @@ FILL_BATCH = 500_000
 
 @dataclass
 class SnapshotRun:
-    """One source's numbers."""
+    """One source's numbers for one mode."""
 
     source: str = ""
     mode: str = "incremental"
