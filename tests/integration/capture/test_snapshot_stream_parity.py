@@ -6,7 +6,11 @@ of every common type receives the same rows twice, through the same session: onc
 capture starts (they reach the stream through the initial snapshot, a ``SELECT``) and once
 after it streams (through the binlog / pgoutput). Row ``k`` of the first batch and row
 ``k + ROWS`` of the second hold identical values, so their canal-json messages must carry the
-same text and the same source type in every column. The values are drawn by a seeded random
+same text and the same source type in every column. Each test runs once per first-start mode:
+``capture.snapshot: initial`` (one consistent snapshot) and ``incremental`` (parallel chunk
+reads on connections of their own, several rows to a message: capture/mysql_chunks.py,
+capture/postgres_chunks.py), the first batch then read entirely by chunks before the second
+is written. The values are drawn by a seeded random
 generator from each type's edge values (padding, zero dates, unsigned extremes, NaN, negative
 TIME, session time zones, JSON, arrays, enums, sets, bit strings) plus random ones.
 
@@ -29,9 +33,11 @@ import pytest
 from capturekit import CaptureRun, stream_messages
 
 from tidelake.bus.server import EmbeddedNats
+from tidelake.capture.incremental import RESTART_GAP
 from tidelake.capture.mysql import point_key
 from tidelake.capture.pgoutput import parse_lsn
 from tidelake.capture.servers import MariaDBServer, PostgresServer
+from tidelake.events import Position
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +46,8 @@ ROWS = 120
 #: Rows that walk the edge values (more than any column has).
 EDGE_ROWS = 40
 SEED = 15
+#: The first-start modes, each a path of its own for the first batch.
+MODES = pytest.mark.parametrize("mode", ["initial", "incremental"])
 
 Gen = Callable[[random.Random], Any]
 
@@ -102,7 +110,7 @@ def _rows(columns: dict[str, tuple[str, _pick]]) -> list[dict[str, Any]]:
 
 
 def _compare(
-    messages: list[tuple[int, str, bytes]], table: str, names: Sequence[str]
+    messages: list[tuple[int, str, bytes]], table: str, names: Sequence[str], mode: str
 ) -> tuple[list[str], dict[int, dict[str, Any]]]:
     """Per column, every value that differs between row ``k`` (snapshot) and row ``k + ROWS``
     (stream), and the snapshot rows by id."""
@@ -111,10 +119,17 @@ def _compare(
         message = orjson.loads(payload)
         if message.get("table") != table or message.get("isDdl"):
             continue
-        row = message["data"][0]
-        by_id[int(row["id"])] = {"row": row, "types": message["mysqlType"],
-                                 "phase": message["_tidelake"]["position"]}  # fmt: skip
+        for row in message["data"]:  # an incremental chunk's message holds several rows
+            by_id[int(row["id"])] = {"row": row, "types": message["mysqlType"],
+                                     "position": message["_tidelake"]["position"]}  # fmt: skip
     assert sorted(by_id) == list(range(1, 2 * ROWS + 1))
+    if mode == "incremental":
+        # The first batch came through the chunk reads (their positions carry the restart
+        # gap), not through the stream or an initial snapshot.
+        assert all(
+            max(Position.decode(by_id[k]["position"]).parts[1:]) >= RESTART_GAP
+            for k in range(1, ROWS + 1)
+        )
     differences = []
     for k in range(1, ROWS + 1):
         snap, stream = by_id[k], by_id[k + ROWS]
@@ -235,28 +250,34 @@ def _my_write(server: MariaDBServer, table: str, rows: list[dict[str, Any]], fir
     conn.close()
 
 
+@MODES
 def test_mariadb_snapshot_and_binlog_carry_the_same_values(
-    mariadb: MariaDBServer, nats: EmbeddedNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mariadb: MariaDBServer,
+    nats: EmbeddedNats,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
 ) -> None:
     """Every column type written before the capture (snapshot) and after (binlog) arrives as
     the same canal-json text with the same ``mysqlType``; BINARY(n) keeps its zero padding,
     CHAR(n) loses its trailing blanks (as MariaDB's SELECT does), TIMESTAMP is in UTC."""
+    db = f"parity_{mode}"
     conn = mariadb.connect()
     with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE parity")
+        cur.execute(f"CREATE DATABASE {db}")
         cols = ", ".join(f"{n} {t}" for n, (t, _) in _MY_COLUMNS.items())
-        cur.execute(f"CREATE TABLE parity.t (id int PRIMARY KEY, {cols})")
+        cur.execute(f"CREATE TABLE {db}.t (id int PRIMARY KEY, {cols})")
     conn.close()
     rows = _rows(_MY_COLUMNS)
     known = _known_row(rows, {"bn": b"ab", "c": "ab ", "ts": "2024-03-10 02:30:00"})
-    _my_write(mariadb, "parity.t", rows, 1)
+    _my_write(mariadb, f"{db}.t", rows, 1)
     monkeypatch.setenv("TZ", "America/New_York")
     run = CaptureRun(
         tmp_path / "capture", nats.url, f"mysql://{mariadb.user}@127.0.0.1:{mariadb.port}/",
-        ["parity.*"], password=mariadb.password, capture={"chunk_rows": 50},
+        [f"{db}.*"], password=mariadb.password, capture={"chunk_rows": 50, "snapshot": mode},
     ).start()  # fmt: skip
-    run.wait_until(lambda s: s["phase"] == "streaming", 60)
-    _my_write(mariadb, "parity.t", rows, ROWS + 1)
+    _first_batch_read(run, f"{db}.t", mode)
+    _my_write(mariadb, f"{db}.t", rows, ROWS + 1)
     conn = mariadb.connect()
     with conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -269,12 +290,27 @@ def test_mariadb_snapshot_and_binlog_carry_the_same_values(
         ),
         60,
     )
-    differences, by_id = _compare(stream_messages(nats.url), "t", list(_MY_COLUMNS))
+    differences, by_id = _compare(stream_messages(nats.url), "t", list(_MY_COLUMNS), mode)
     run.process.stop()
     assert [] == differences
     assert {"bn": "ab\x00\x00", "c": "ab", "ts": "2024-03-09 21:00:00"} == {
         c: by_id[known + ROWS][c] for c in ("bn", "c", "ts")
     }
+
+
+def _first_batch_read(run: CaptureRun, table: str, mode: str) -> None:
+    """Until the first batch has reached the stream: the initial snapshot handed off to
+    streaming, or the incremental snapshot of ``table`` is done."""
+    if mode == "initial":
+        run.wait_until(lambda s: s["phase"] == "streaming", 60)
+    else:
+        run.wait_until(
+            lambda s: (
+                (((s.get("incremental") or {}).get("tables") or {}).get(table) or {}).get("state")
+                == "done"
+            ),
+            60,
+        )
 
 
 def _known_row(rows: list[dict[str, Any]], values: dict[str, Any]) -> int:
@@ -384,34 +420,44 @@ def _pg_write(
     conn.close()
 
 
+@MODES
 def test_postgres_snapshot_and_pgoutput_carry_the_same_values(
-    postgres: PostgresServer, nats: EmbeddedNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres: PostgresServer,
+    nats: EmbeddedNats,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
 ) -> None:
     """Every column type written before the capture (exported snapshot) and after (pgoutput)
     arrives as the same canal-json text with the same type: ``character(n)`` blank-padded on
     both paths (issue 15: the snapshot's ``::text`` cast dropped the padding), ``inet`` as
     its output text, timestamptz in UTC whatever the writer's zone."""
+    schema = f"parity_{mode}"
     conn = postgres.connect()
     with conn.cursor() as cur:
-        cur.execute("CREATE SCHEMA parity")
+        # The column types live in schema parity, made by whichever mode runs first.
+        cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'parity'")
+        if cur.fetchone() is None:
+            cur.execute("CREATE SCHEMA parity")
+            cur.execute("CREATE TYPE parity.mood AS ENUM ('sad', 'ok', 'very happy')")
+            cur.execute("CREATE DOMAIN parity.short_code AS character(3)")
+        cur.execute(f"CREATE SCHEMA {schema}")
         cur.execute("SET search_path = parity")
-        cur.execute("CREATE TYPE parity.mood AS ENUM ('sad', 'ok', 'very happy')")
-        cur.execute("CREATE DOMAIN parity.short_code AS character(3)")
         cols = ", ".join(f"{n} {t}" for n, (t, _) in _PG_COLUMNS.items())
-        cur.execute(f"CREATE TABLE parity.t (id integer PRIMARY KEY, {cols})")
+        cur.execute(f"CREATE TABLE {schema}.t (id integer PRIMARY KEY, {cols})")
     conn.close()
     rows = _rows(_PG_COLUMNS)
     known = _known_row(rows, {"c": "ab", "ip": "10.0.0.1", "tz": "2024-03-10 02:30:00",
                               "b": True})  # fmt: skip
-    _pg_write(postgres, "parity.t", rows, 1)
+    _pg_write(postgres, f"{schema}.t", rows, 1)
     monkeypatch.setenv("TZ", "America/New_York")
     run = CaptureRun(
-        tmp_path / "capture", nats.url, postgres.dsn, ["parity.*"],
-        capture={"chunk_rows": 50, "slot": "tl_parity", "publication": "tl_parity",
-                 "heartbeat_s": 0.5},
+        tmp_path / "capture", nats.url, postgres.dsn, [f"{schema}.*"],
+        capture={"chunk_rows": 50, "snapshot": mode, "slot": f"tl_{schema}",
+                 "publication": f"tl_{schema}", "heartbeat_s": 0.5},
     ).start()  # fmt: skip
-    run.wait_until(lambda s: s["phase"] == "streaming", 60)
-    _pg_write(postgres, "parity.t", rows, ROWS + 1)
+    _first_batch_read(run, f"{schema}.t", mode)
+    _pg_write(postgres, f"{schema}.t", rows, ROWS + 1)
     conn = postgres.connect()
     with conn.cursor() as cur:
         cur.execute("SELECT pg_current_wal_insert_lsn()::text")
@@ -419,7 +465,7 @@ def test_postgres_snapshot_and_pgoutput_carry_the_same_values(
     conn.close()
     run.wait_until(lambda s: s["phase"] == "streaming" and int(s["lsn"]) >= lsn, 60)
     time.sleep(0.2)
-    differences, by_id = _compare(stream_messages(nats.url), "t", list(_PG_COLUMNS))
+    differences, by_id = _compare(stream_messages(nats.url), "t", list(_PG_COLUMNS), mode)
     run.process.stop()
     assert [] == differences
     assert {"c": "ab   ", "ip": "10.0.0.1", "tz": "2024-03-09 21:00:00+00", "b": "t"} == {
