@@ -22,6 +22,7 @@ import yaml
 
 from tidelake.bus.connection import connect
 from tidelake.bus.scan import scan_stream
+from tidelake.capture.mysql import point_key
 from tidelake.capture.mysql_values import render
 from tidelake.capture.position import PositionStore
 from tidelake.config import load_config
@@ -82,6 +83,23 @@ class CaptureRun:
             f"capture position {self.position()} not reached in {timeout_s}s:\n"
             + self.process.log_tail(40)
         )
+
+
+def mariadb_caught_up(server: Any, run: CaptureRun, timeout_s: float = 60) -> None:
+    """Until ``run`` streams and its saved binlog point reaches ``server``'s end as of the
+    call (``SHOW MASTER STATUS``)."""
+    conn = server.connect()
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    conn.close()
+    run.wait_until(
+        lambda s: (
+            s["phase"] == "streaming"
+            and point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
+        ),
+        timeout_s,
+    )
 
 
 async def _read_stream(url: str) -> list[tuple[int, str, bytes]]:

@@ -19,6 +19,7 @@ from capturekit import (
     Writer,
     decoded,
     fold,
+    mariadb_caught_up,
     mysql_rows,
     postgres_rows,
     row_differences,
@@ -28,7 +29,6 @@ from capturekit import (
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture import pgoutput
 from tidelake.capture.incremental import RESTART_GAP
-from tidelake.capture.mysql import point_key
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.pipeline.processes import tidelake_argv
 
@@ -61,25 +61,6 @@ def _snapshot_rows(events: list[Any], table: str) -> int:
         for e in events
         if e.table_id == table and any(p >= RESTART_GAP for p in e.position.parts[1:])
     )
-
-
-def _mariadb_caught_up(mariadb: MariaDBServer) -> Any:
-    """Waits until a run's saved binlog point reaches the server's end as of the call."""
-
-    def caught_up(run: CaptureRun) -> None:
-        c = mariadb.connect()
-        with c.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        c.close()
-        run.wait_until(
-            lambda s: (
-                point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-            ),
-            60,
-        )
-
-    return caught_up
 
 
 def _postgres_caught_up(postgres: PostgresServer) -> Any:
@@ -178,7 +159,7 @@ def test_mariadb_table_added_then_requested_under_writes_with_kill_9(
     writer = Writer(lambda: mariadb.connect(autocommit=False), "inc.t", ROWS, seed=7,
                     pause_s=0.003)  # fmt: skip
     _add_kill_request_check(
-        tmp_path, make_run, writer, "inc.t", _mariadb_caught_up(mariadb),
+        tmp_path, make_run, writer, "inc.t", lambda run: mariadb_caught_up(mariadb, run),
         lambda: mysql_rows(mariadb.connect(), "inc.t"), nats,
     )  # fmt: skip
 
@@ -288,7 +269,8 @@ def test_mariadb_first_start_with_incremental_snapshot_under_writes_with_kill_9(
     writer = Writer(lambda: mariadb.connect(autocommit=False), "incfirst.t", ROWS, seed=9,
                     pause_s=0.003)  # fmt: skip
     _first_start_incremental(
-        tmp_path, make_run, writer, ("incfirst.t", "incfirst.k"), _mariadb_caught_up(mariadb),
+        tmp_path, make_run, writer, ("incfirst.t", "incfirst.k"),
+        lambda run: mariadb_caught_up(mariadb, run),
         lambda table: mysql_rows(mariadb.connect(), table), nats,
     )  # fmt: skip
 

@@ -11,6 +11,7 @@ from capturekit import (
     Writer,
     decoded,
     fold,
+    mariadb_caught_up,
     mysql_rows,
     row_differences,
     stream_count,
@@ -18,7 +19,6 @@ from capturekit import (
 )
 
 from tidelake.bus.server import EmbeddedNats
-from tidelake.capture.mysql import point_key
 from tidelake.capture.servers import MariaDBServer
 from tidelake.events import Op
 
@@ -52,21 +52,6 @@ def _capture(tmp: Path, nats: EmbeddedNats, server: MariaDBServer, database: str
     )  # fmt: skip
 
 
-def _caught_up(server: MariaDBServer, run: CaptureRun, timeout_s: float = 120) -> None:
-    conn = server.connect()
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    conn.close()
-    run.wait_until(
-        lambda s: (
-            s["phase"] == "streaming"
-            and point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-        ),
-        timeout_s,
-    )
-
-
 def _writer(server: MariaDBServer, database: str, seed: int, **kw: float) -> Writer:
     return Writer(lambda: server.connect(autocommit=False), f"{database}.t", ROWS, seed, **kw)
 
@@ -86,7 +71,7 @@ def test_snapshot_of_100k_rows_under_concurrent_writes_equals_source(
     writer.stop.set()
     writer.join()
     assert writer.error is None
-    _caught_up(mariadb, run)
+    mariadb_caught_up(mariadb, run, 120)
     messages = stream_messages(nats.url)
     events = decoded(messages)
     source = mysql_rows(mariadb.connect(), "snap.t")
@@ -121,7 +106,7 @@ def test_kill_9_mid_stream_resumes_without_gap(
     writer.stop.set()
     writer.join()
     assert writer.error is None
-    _caught_up(mariadb, run)
+    mariadb_caught_up(mariadb, run, 120)
     messages = stream_messages(nats.url)
     ids = [mid for _, mid, _ in messages]
     assert len(ids) == len(set(ids))
@@ -145,7 +130,7 @@ def test_added_column_arrives_as_ddl_in_order(
         cur.execute("ALTER TABLE ddl.t ADD COLUMN note varchar(20) DEFAULT 'x'")
         cur.execute("INSERT INTO ddl.t (id, v, n, note) VALUES (2, 'after', 2, 'hello')")
     conn.close()
-    _caught_up(mariadb, run)
+    mariadb_caught_up(mariadb, run, 120)
     events = decoded(stream_messages(nats.url))
     kinds = [(e.op, e.key) for e in events]
     assert [(Op.INSERT, {"id": "1"}), (Op.DDL, None), (Op.INSERT, {"id": "2"})] == kinds
@@ -182,7 +167,7 @@ def test_kill_9_mid_snapshot_resumes_without_gap_or_ghost(
     run.start()
     writer.join()
     assert writer.error is None
-    _caught_up(mariadb, run)
+    mariadb_caught_up(mariadb, run, 120)
     assert interrupted is not None
     assert "snapshot" == interrupted["phase"]
     messages = stream_messages(nats.url)
@@ -217,7 +202,7 @@ def test_large_transaction_killed_mid_publish_is_republished_whole(
     assert 2_000 <= stream_count(nats.url) < 30_000
     assert run.position() == before
     run.start()
-    _caught_up(mariadb, run)
+    mariadb_caught_up(mariadb, run, 120)
     messages = stream_messages(nats.url)
     ids = [mid for _, mid, _ in messages]
     assert 30_000 == len(ids) == len(set(ids))

@@ -17,10 +17,16 @@ from typing import Any
 
 import orjson
 import pytest
-from capturekit import CaptureRun, decoded, fold, row_differences, stream_messages
+from capturekit import (
+    CaptureRun,
+    decoded,
+    fold,
+    mariadb_caught_up,
+    row_differences,
+    stream_messages,
+)
 
 from tidelake.bus.server import EmbeddedNats
-from tidelake.capture.mysql import point_key
 from tidelake.capture.mysql_values import render
 from tidelake.capture.servers import MariaDBServer
 from tidelake.runtime.processes import tidelake_argv
@@ -61,21 +67,6 @@ def _rows(server: MariaDBServer, table: str, key: list[str]) -> dict[Any, dict[s
         row = {c[0]: render(v, c[1]) for c, v in zip(cols, values, strict=True)}
         out[tuple(row[c] for c in key)] = row
     return out
-
-
-def _caught_up(server: MariaDBServer, run: CaptureRun) -> None:
-    conn = server.connect()
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    conn.close()
-    run.wait_until(
-        lambda s: (
-            s["phase"] == "streaming"
-            and point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-        ),
-        60,
-    )
 
 
 def _heartbeat(run: CaptureRun, want: set[str], pid: int | None = None) -> dict[str, Any]:
@@ -125,7 +116,7 @@ def test_keyless_table_skipped_and_visible_and_configured_key_follows_the_source
             "DELETE FROM kl.nokey LIMIT 1",
             "UPDATE kl.keyed SET v = 'z' WHERE id = 2",
         )
-        _caught_up(mariadb, run)
+        mariadb_caught_up(mariadb, run)
         state = run.position()
         assert state is not None
         assert set(state["skipped"]) == {"kl.nokey"}
@@ -186,7 +177,7 @@ def test_full_row_identity_collapses_identical_rows_and_follows_the_source(
             "INSERT INTO fr.whole VALUES (8, 'd'), (8, 'd')",
             "UPDATE fr.whole SET a = 30 WHERE a = 3",
         )
-        _caught_up(mariadb, run)
+        mariadb_caught_up(mariadb, run)
         state = run.position()
         assert state is not None
         assert set(state["skipped"]) == {"fr.nullable"}

@@ -30,11 +30,10 @@ from typing import Any
 
 import orjson
 import pytest
-from capturekit import CaptureRun, stream_messages
+from capturekit import CaptureRun, mariadb_caught_up, stream_messages
 
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.incremental import RESTART_GAP
-from tidelake.capture.mysql import point_key
 from tidelake.capture.pgoutput import parse_lsn
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 from tidelake.events import Position
@@ -278,18 +277,7 @@ def test_mariadb_snapshot_and_binlog_carry_the_same_values(
     ).start()  # fmt: skip
     _first_batch_read(run, f"{db}.t", mode)
     _my_write(mariadb, f"{db}.t", rows, ROWS + 1)
-    conn = mariadb.connect()
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    conn.close()
-    run.wait_until(
-        lambda s: (
-            s["phase"] == "streaming"
-            and point_key((s["binlog"]["file"], s["binlog"]["pos"])) >= point_key((file, pos))
-        ),
-        60,
-    )
+    mariadb_caught_up(mariadb, run)
     differences, by_id = _compare(stream_messages(nats.url), "t", list(_MY_COLUMNS), mode)
     run.process.stop()
     assert [] == differences
