@@ -366,6 +366,12 @@ class LakeConfig(_Model):
     table_type: Literal["COPY_ON_WRITE", "MERGE_ON_READ"] = Field(
         "COPY_ON_WRITE", description="Hudi table type of new tables"
     )
+    table_version: Literal[6, 8, 9] = Field(
+        9,
+        description="Hudi table version of new tables (an existing table keeps its own): 9 is "
+        "Hudi 1.1's; 6 for readers still on Hudi 0.x (docs/query-engines.md says which engine "
+        "reads which)",
+    )
     partition_by: dict[str, list[str]] = Field(
         {}, description="per table 'db.table': partition columns; none by default"
     )

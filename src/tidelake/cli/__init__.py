@@ -168,6 +168,14 @@ def demo(
             "--with-ddl", help="schema changes mid-stream (add, drop, rename, widen, create, drop)"
         ),
     ] = False,
+    trino: Annotated[
+        bool,
+        typer.Option(
+            "--trino",
+            help="register the tables in a private Hive Metastore and verify them through "
+            "Trino too (scripts/setup with TIDELAKE_SETUP_QUERY_ENGINES=1 installs both)",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -183,6 +191,7 @@ def demo(
         home=home or _home() / "demo",
         object_store=object_store,
         with_ddl=with_ddl,
+        trino=trino,
     )
     if source is not None:
         from tidelake.pipeline.demo_source import run_source_demo

@@ -33,9 +33,6 @@ CHECKPOINT_KEY = "tidelake.checkpoint"
 ORDERING_FIELD = "_tl_position"
 #: Hudi's own soft-delete marker column.
 DELETE_FIELD = "_hoodie_is_deleted"
-#: Hudi table version written. hudi-rs 0.5.0 (verify/lake.py) reads version 9, the 1.1 default;
-#: pinned so that a Hudi upgrade cannot silently write a layout the JVM-free reader rejects.
-TABLE_VERSION = "9"
 #: Directory under the lake root holding tidelake's own files (cursor, commit log, logs).
 TIDELAKE_DIR = "_tidelake"
 
@@ -176,6 +173,7 @@ def write_options(
     rewrite: bool = False,
     record_index: bool = True,
     table_name: str | None = None,
+    table_version: str | None = None,
 ) -> dict[str, str]:
     """The Hudi datasource options of one upsert into ``database.table``.
 
@@ -195,6 +193,11 @@ def write_options(
 
     ``table_name``: the ``hoodie.table.name`` of an existing table (its ``hoodie.properties``):
     Hudi refuses a write naming another, and tables made before names.py have older names.
+
+    ``table_version``: the ``hoodie.table.version`` of an existing table, written again as it
+    is (Hudi would upgrade an older table in place, and cannot write a newer one at a lower
+    version); a new table gets ``lake.table_version``, pinned so that a Hudi upgrade cannot
+    silently write a layout that a reader of the lake rejects (docs/query-engines.md).
     """
     if not pk:
         raise ValueError("a Hudi table needs a record key")
@@ -209,7 +212,7 @@ def write_options(
         "hoodie.table.ordering.fields": ORDERING_FIELD,
         # Pre-1.1 name of the same setting, still read by some code paths.
         "hoodie.datasource.write.precombine.field": ORDERING_FIELD,
-        "hoodie.write.table.version": TABLE_VERSION,
+        "hoodie.write.table.version": table_version or str(lake.table_version),
         "hoodie.table.timeline.timezone": "UTC",
         "hoodie.datasource.write.commitmeta.key.prefix": COMMIT_META_PREFIX,
         # New columns (ALTER TABLE ADD COLUMN) arrive with the next rows; missing ones are null.

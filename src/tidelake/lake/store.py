@@ -105,6 +105,24 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return bool(fs.exists(hpath))
 
 
+#: A file that makes the archived timeline's folder exist before Hudi archives anything.
+ARCHIVE_MARKER = ".hoodie/timeline/history/.tidelake-keep"
+
+
+def mark_archived_timeline(spark: SparkSession, path: str) -> None:
+    """Make ``.hoodie/timeline/history`` of the table at ``path`` hold a file.
+
+    Hudi creates that folder only when it first archives (tens of commits in); readers that
+    list folders as an object store does, where an empty folder does not exist, fail on the
+    table until then: Trino 476's Hudi connector answers every query with "Could not load
+    archived commit timeline" (docs/query-engines.md). Hudi itself reads only the ``_version_``,
+    ``manifest_*`` and Parquet files of that folder, so an empty hidden file there changes
+    nothing for it (archival was run beside it: tests/integration/lake)."""
+    fs, marker = _hadoop_path(spark, f"{path.rstrip('/')}/{ARCHIVE_MARKER}")
+    if not fs.exists(marker):
+        fs.create(marker, True).close()
+
+
 def list_dir(spark: SparkSession, path: str) -> list[tuple[str, int]]:
     """``(name, bytes)`` of the files directly in ``path`` (local or object storage)."""
     local = local_dir(path)
@@ -282,6 +300,7 @@ class TableStore:
         key = tuple(pk) if pk else self.stored_primary_key(path)
         if discard_interrupted_creation(path):  # a kill -9 while Hudi created the table
             log.warning("removed a table whose creation was interrupted", table=table_id)
+        stored = self.stored_properties(path)
         options = write_options(
             self.config.lake,
             database,
@@ -290,7 +309,8 @@ class TableStore:
             {CHECKPOINT_KEY: checkpoint.to_json()},
             rewrite=rewrite,
             record_index=self.uses_record_index(path),
-            table_name=self.stored_table_name(path),
+            table_name=stored.get("hoodie.table.name") or None,
+            table_version=stored.get("hoodie.table.version") or None,
         )
         write_began_ns = time.time_ns()
         try:
@@ -315,13 +335,14 @@ class TableStore:
             held.update({n: t for n, t in written.items() if n not in held})
         return committed.instant
 
-    def stored_table_name(self, path: str) -> str | None:
-        """The ``hoodie.table.name`` of the table at ``path``, None for a table not created yet:
-        a table keeps the name it was created with (Hudi refuses a write naming another, and
-        tables made before ``names.hudi_table_name`` have names of the older rule)."""
+    def stored_properties(self, path: str) -> Mapping[str, str]:
+        """The ``hoodie.properties`` of the table at ``path``, empty for a table not created
+        yet. A table keeps the name it was created with (Hudi refuses a write naming another,
+        and tables made before ``names.hudi_table_name`` have names of the older rule) and its
+        table version (``lake.table_version`` applies to new tables)."""
         if not self.exists(path):
-            return None
-        return hoodie_properties(self.spark, path).get("hoodie.table.name") or None
+            return {}
+        return hoodie_properties(self.spark, path)
 
     def sync_commit(self, table_id: str, path: str, since_ns: int) -> int:
         """Fsync what a commit wrote into the local table at ``path``; the number of fsyncs.
@@ -399,6 +420,7 @@ class TableStore:
         """Make the catalog show the table's current schema (after creation or a DDL)."""
         database, table = split_table_id(table_id)
         try:
+            mark_archived_timeline(self.spark, self.path(table_id))
             sync_table(self.spark, database, table, self.path(table_id))
         except Exception as exc:  # the catalog is a convenience: never fail a commit on it
             log.warning("catalog not synced", table=table_id, error=str(exc)[:500])

@@ -14,12 +14,11 @@ properties live there too, so a stop and a start resume from the saved offsets.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from tidelake.errors import TidelakeError
+from tidelake.runtime.java import java_at_least
 from tidelake.runtime.processes import ChildProcess, ProcessError, log_line
 
 #: Where ``scripts/setup`` unpacks the distribution, relative to the project root.
@@ -38,24 +37,12 @@ def dist_dir() -> Path:
     return Path(env) if env else _PROJECT_ROOT / DIST_SUBDIR
 
 
-def _java_major(java: Path) -> int:
-    res = subprocess.run([str(java), "-version"], capture_output=True, text=True, check=False)
-    m = re.search(r'version "(\d+)', res.stderr + res.stdout)
-    return int(m.group(1)) if m else 0
-
-
 def java_binary() -> Path:
     """A ``java`` of version 21 or newer (Debezium Server 3.x is built for Java 21)."""
-    env = os.environ.get("TIDELAKE_DEBEZIUM_JAVA_HOME")
-    candidates = [Path(env)] if env else sorted(Path("/usr/lib/jvm").glob("*"), reverse=True)
-    for home in candidates:
-        java = home / "bin" / "java"
-        if java.is_file() and os.access(java, os.X_OK) and _java_major(java) >= _MIN_JAVA:
-            return java
-    raise DebeziumServerError(
-        f"no Java {_MIN_JAVA}+ found (set TIDELAKE_DEBEZIUM_JAVA_HOME); "
-        "Debezium Server 3.x needs it"
-    )
+    try:
+        return java_at_least(_MIN_JAVA, "TIDELAKE_DEBEZIUM_JAVA_HOME")
+    except LookupError as exc:
+        raise DebeziumServerError(f"{exc}; Debezium Server 3.x needs it") from None
 
 
 def available() -> bool:

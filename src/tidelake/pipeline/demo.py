@@ -33,6 +33,7 @@ from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
+from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
@@ -53,6 +54,9 @@ class DemoOptions:
     object_store: str | None = None
     #: Schema changes mid-stream (workload/ddl.py); the lake's schemas are verified too.
     with_ddl: bool = False
+    #: A private Hive Metastore kept in sync by the ingest, and Trino over it: every table is
+    #: verified through Trino too (pipeline/query_engines.py).
+    trino: bool = False
 
 
 @dataclass
@@ -74,6 +78,8 @@ class DemoResult:
     lake: str = ""
     error: str | None = None
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``--trino``: the differences between the source and what Trino answers (None: not run).
+    trino_mismatches: int | None = None
 
     def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
         """Freshness percentiles: each message's source commit → the commit covering it."""
@@ -85,7 +91,12 @@ class DemoResult:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.mismatches == 0 and self.tables > 0
+        return (
+            self.error is None
+            and self.mismatches == 0
+            and self.tables > 0
+            and not self.trino_mismatches
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,6 +223,18 @@ def wait_for_lake(
         time.sleep(0.25)
 
 
+def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, section by section (nested dicts merge, the rest
+    is replaced)."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_settings(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def wait_for_ingest(stack: LocalStack, console: Console) -> None:
     """Publish only once the stager runs and the ingest's Spark session is up: freshness then
     measures the pipeline, not the JVM's start (which happens once per process, not per
@@ -251,13 +274,15 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     prepare_home(home)
     stack: LocalStack | None = None
     store: DemoObjectStore | None = None
+    engines: QueryEngines | None = None
     try:
         store = start_object_store(opts.object_store, home)
-        stack = LocalStack(
-            home,
-            settings=store.file_settings() if store else {},
-            env=store.env() if store else {},
-        )
+        settings = store.file_settings() if store else {}
+        if opts.trino:
+            with console.status("starting the Hive Metastore"):
+                engines = QueryEngines(home).start_metastore()
+            settings = merge_settings(settings, engines.settings())
+        stack = LocalStack(home, settings=settings, env=store.env() if store else {})
         stack.start()
         cfg = stack.cfg
         result.lake = cfg.lake_root
@@ -292,11 +317,30 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             }
             for c in comparisons
         }
+        if engines is not None:
+            with console.status("starting Trino and reading every table through it"):
+                trino = engines.start_trino(store.server.s3_config() if store else None)
+                through_trino = verify_through_trino(trino, workload)
+            result.trino_mismatches = sum(c.mismatches for c in through_trino)
+            for c in through_trino:
+                entry = result.per_table.setdefault(
+                    c.table,
+                    {
+                        "rows_expected": c.rows_expected,
+                        "rows_in_lake": 0,
+                        "mismatches": 0,
+                        "samples": [],
+                    },
+                )
+                entry["trino_mismatches"] = c.mismatches
+                entry["samples"] += [f"Trino: {s}" for s in c.samples + c.schema]
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
         if stack is not None:
             stack.stop(timeout_s=30)
+        if engines is not None:
+            engines.stop()
         if store is not None:
             store.stop()
         result.elapsed_s = round(time.monotonic() - started, 1)
@@ -327,6 +371,9 @@ def render_summary(result: DemoResult, console: Console) -> None:
         console.print(f"[bold red]demo failed:[/] {result.error}")
     elif result.mismatches == 0:
         console.print(f"[bold green]the lake equals the source.[/] Lake: {result.lake}")
+    if result.trino_mismatches is not None:
+        style = "bold green" if result.trino_mismatches == 0 else "bold red"
+        console.print(f"[{style}]Trino: {result.trino_mismatches} mismatches[/] (every table)")
     if result.ok and "://" not in result.lake:  # a private object store is gone by now
         # On lines of their own, never wrapped by rich: a terminal-width break inside the SQL
         # made the hint uncopyable.

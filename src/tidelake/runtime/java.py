@@ -98,3 +98,26 @@ def check_java(environ: Mapping[str, str] | None = None) -> JavaReport:
     major = java_major(java) if java is not None else None
     alternative = None if major in SPARK_MAJORS else _installed_java17()
     return JavaReport(java=java, major=major, alternative=alternative)
+
+
+def java_at_least(minimum: int, env_var: str, environ: Mapping[str, str] | None = None) -> Path:
+    """A ``java`` of release ``minimum`` or newer for a tool that needs a newer JVM than
+    Spark's (Debezium Server 3.x, Trino): ``$<env_var>/bin/java``, else the newest JDK found
+    under the usual JVM folders. Never made the default: Spark stays on its own Java.
+
+    Raises ``LookupError`` naming ``env_var`` when none is found."""
+    env = os.environ if environ is None else environ
+    if env.get(env_var):
+        homes = [Path(env[env_var])]
+    else:
+        homes = [
+            home
+            for root in _JVM_DIRS
+            if root.is_dir()
+            for home in sorted(root.glob("*"), reverse=True)
+        ]
+    for home in homes:
+        java = home / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK) and (java_major(java) or 0) >= minimum:
+            return java
+    raise LookupError(f"no Java {minimum}+ found (set {env_var} to a JDK's home)")
