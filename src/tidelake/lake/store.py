@@ -110,7 +110,8 @@ ARCHIVE_MARKER = ".hoodie/timeline/history/.tidelake-keep"
 
 
 def mark_archived_timeline(spark: SparkSession, path: str) -> None:
-    """Make ``.hoodie/timeline/history`` of the table at ``path`` hold a file.
+    """Make ``.hoodie/timeline/history`` of the table at ``path`` hold a file (table version 8
+    and later: version 6 archives into ``.hoodie/archived``, which no reader lists first).
 
     Hudi creates that folder only when it first archives (tens of commits in); readers that
     list folders as an object store does, where an empty folder does not exist, fail on the
@@ -420,7 +421,8 @@ class TableStore:
         """Make the catalog show the table's current schema (after creation or a DDL)."""
         database, table = split_table_id(table_id)
         try:
-            mark_archived_timeline(self.spark, self.path(table_id))
+            if int(self.stored_properties(self.path(table_id)).get("hoodie.table.version", 9)) >= 8:
+                mark_archived_timeline(self.spark, self.path(table_id))
             sync_table(self.spark, database, table, self.path(table_id))
         except Exception as exc:  # the catalog is a convenience: never fail a commit on it
             log.warning("catalog not synced", table=table_id, error=str(exc)[:500])

@@ -1,7 +1,8 @@
 """``lake.table_version``: new tables are written at the version set (6 for readers still on
 Hudi 0.x, 9 by default), keep it for their whole life, and keep event-time order, deletes and
 archival at either version; every table's archived-timeline folder exists from its creation
-(store.mark_archived_timeline: Trino 476 fails on a table without it, docs/query-engines.md).
+(version 8 and later; store.mark_archived_timeline: Trino 476 fails on a table without it,
+docs/query-engines.md).
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ def test_a_table_is_written_at_the_version_set_and_archives_beside_the_marker(
     lake = lake_factory(
         TIDELAKE_LAKE__TABLE_VERSION=version, TIDELAKE_LAKE__HUDI_OPTIONS=ARCHIVE_SOON
     )
-    history = Path(lake.path()) / ".hoodie" / "timeline" / "history"
+    meta = Path(lake.path()) / ".hoodie"
     seq = 0
     for n in range(ROUNDS):
         seq += 1
         lake.stage(
             [
                 event(
-                    "u" if n else "c",
+                    "insert" if n < 3 else "update",
                     n % 3,
                     100 + n,
                     seq,
@@ -55,22 +56,26 @@ def test_a_table_is_written_at_the_version_set_and_archives_beside_the_marker(
         )
         lake.ingest()
         if n == 0:
-            assert (Path(lake.path()) / ARCHIVE_MARKER).is_file()
+            assert (Path(lake.path()) / ARCHIVE_MARKER).is_file() is (version != "6")
     # Redelivered old versions of rows 0..2: positions below each row's latest.
     lake.stage(
         [
-            event("u", k, 100 + k, seq + 1 + k, values={"status": "old", "amount": "9.00"})
+            event("update", k, 100 + k, seq + 1 + k, values={"status": "old", "amount": "9.00"})
             for k in range(3)
         ]
     )
     lake.ingest()
-    lake.stage([event("d", 1, 500, seq + 10)])
+    lake.stage([event("delete", 1, 500, seq + 10)])
     lake.ingest()
 
-    assert version == _properties(lake)["hoodie.table.version"]
-    archived = sorted(p.name for p in history.iterdir() if not p.name.startswith("."))
-    assert any(name.endswith(".parquet") for name in archived), archived
-    assert (Path(lake.path()) / ARCHIVE_MARKER).is_file()
+    props = _properties(lake)
+    assert version == props["hoodie.table.version"]
+    # hoodie.archivelog.folder: under .hoodie at version 6 (commits_.archive.* log files), under
+    # .hoodie/timeline from 8 on (an LSM tree of Parquet files).
+    archive = meta / ("" if version == "6" else "timeline") / props["hoodie.archivelog.folder"]
+    archived = sorted(p.name for p in archive.iterdir() if not p.name.endswith(".crc"))
+    assert any(n.endswith(".parquet") or ".archive." in n for n in archived), archived
+    assert (Path(lake.path()) / ARCHIVE_MARKER).is_file() is (version != "6")
     # Rows 0 and 2: their last update (rounds 9 and 11); row 1 deleted.
     assert {"0": ("s9",), "2": ("s11",)} == lake.state("shop.orders", "status")
 
@@ -81,11 +86,11 @@ def test_a_table_keeps_its_version_when_the_setting_changes(
     """Made at 6, written again under ``table_version: 9``: still 6 (Hudi would otherwise
     upgrade it in place, and readers on Hudi 0.x would lose it)."""
     first = lake_factory(TIDELAKE_LAKE__TABLE_VERSION="6")
-    first.stage([event("c", 1, 100, 1, values={"status": "new", "amount": "1.00"})])
+    first.stage([event("insert", 1, 100, 1, values={"status": "new", "amount": "1.00"})])
     first.ingest()
     env = dict(first.env) | {"TIDELAKE_LAKE__TABLE_VERSION": "9"}
     second = Lake(load_config(None, environ=env), first.spark, env)
-    second.stage([event("u", 1, 101, 2, values={"status": "paid", "amount": "1.00"})])
+    second.stage([event("update", 1, 101, 2, values={"status": "paid", "amount": "1.00"})])
     second.ingest()
     assert "6" == _properties(second)["hoodie.table.version"]
     assert {"1": ("paid",)} == second.state("shop.orders", "status")
