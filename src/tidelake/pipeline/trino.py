@@ -212,11 +212,14 @@ class TrinoServer:
         For ``settle_s`` after a start Trino may answer "No nodes available to run query":
         "SERVER STARTED" is logged before the coordinator has announced itself (and its
         catalogs) as a worker. Such a query is asked again; any other error is raised."""
-        import trino  # a dev dependency: the tests and the demo (pyproject)
+        try:
+            import trino  # the extra tidelake[trino]
+        except ImportError:
+            raise TrinoError("Trino's client is missing: pip install 'tidelake[trino]'") from None
 
         deadline = time.monotonic() + settle_s
         while True:
-            conn = trino.dbapi.connect(
+            conn = trino.dbapi.connect(  # type: ignore[no-untyped-call]
                 host="127.0.0.1", port=self.port, user="tidelake", catalog=catalog
             )
             try:

@@ -54,3 +54,15 @@ def test_an_unsupported_java_is_named(tmp_path: Path) -> None:
     report = check_java({"JAVA_HOME": str(home)})
     assert (25, False) == (report.major, report.ok)
     assert "Spark 3.5 runs on Java 8, 11 or 17" in report.describe()
+
+
+def test_java_at_least_takes_the_named_home_or_refuses_an_older_one(tmp_path: Path) -> None:
+    """The environment variable's JDK is taken when new enough; an older one is refused with
+    the variable named (no fall-back to an unrelated JDK behind the user's back)."""
+    from tidelake.runtime.java import java_at_least
+
+    new = _fake_java_home(tmp_path / "new", 'openjdk version "25" 2025-09-16')
+    assert new / "bin" / "java" == java_at_least(24, "X_JAVA_HOME", {"X_JAVA_HOME": str(new)})
+    old = _fake_java_home(tmp_path / "old", 'openjdk version "17.0.15" 2025-04-15')
+    with pytest.raises(LookupError, match="X_JAVA_HOME"):
+        java_at_least(24, "X_JAVA_HOME", {"X_JAVA_HOME": str(old)})
