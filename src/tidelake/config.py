@@ -420,6 +420,33 @@ class IngestConfig(_Model):
     )
 
 
+class KafkaSourceConfig(_Model):
+    """``tidelake capture kafka``: TiCDC or Debezium topics in Kafka into JetStream
+    (docs/kafka.md)."""
+
+    bootstrap_servers: str | None = Field(None, description="host:port[,host:port...] of Kafka")
+    topics: list[str] = Field([], description="topics to read (or topic_pattern)")
+    topic_pattern: str | None = Field(
+        None, description="a regular expression: every matching topic is read (or topics)"
+    )
+    group_id: str = Field(
+        "tidelake-capture",
+        description="Kafka consumer group: its committed offsets are what was stored in JetStream",
+    )
+    order: Literal["watermark", "partition"] = Field(
+        "watermark",
+        description="watermark: TiCDC canal-json with enable-tidb-extension=true, merged across "
+        "partitions by commitTs once every partition's TIDB_WATERMARK passed it; partition: "
+        "each partition in offset order (Debezium; a topic of one partition)",
+    )
+    subject_prefix: str = Field(
+        "cdc.kafka", description="JetStream subject of a message: <subject_prefix>.<topic>"
+    )
+    commit_interval_s: float = Field(
+        1.0, gt=0, description="commit the stored offsets to Kafka at most this often"
+    )
+
+
 class CaptureConfig(_Model):
     """``tidelake capture``: change capture from MySQL/MariaDB or PostgreSQL (docs/capture.md)."""
 
@@ -498,6 +525,7 @@ class CaptureConfig(_Model):
         "and RENAME of tables into tidelake.ddl_log, streamed with the rows, so dropped and "
         "renamed tables reach the lake (docs/capture.md, PostgreSQL DDL)",
     )
+    kafka: KafkaSourceConfig = KafkaSourceConfig()
 
     def resolved_password(self) -> str | None:
         return _secret(self.password, self.password_file)

@@ -153,10 +153,17 @@ class Publisher:
 
     # -- publishing -------------------------------------------------------------------------
 
-    async def publish(self, subject: str, payload: bytes, msg_id: str, tag: Any = None) -> None:
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes,
+        msg_id: str,
+        tag: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """Queue one message; waits only when too many are in flight (or after a failure,
-        until every earlier message is stored)."""
-        entry = _InFlight(subject, payload, {"Nats-Msg-Id": msg_id}, tag)
+        until every earlier message is stored). ``headers`` go with it besides the id."""
+        entry = _InFlight(subject, payload, {**(headers or {}), "Nats-Msg-Id": msg_id}, tag)
         self._in_flight.append(entry)
         if self._broken or self._connection_lost():
             await self._recover()
