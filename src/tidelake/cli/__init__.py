@@ -168,6 +168,14 @@ def demo(
             "--with-ddl", help="schema changes mid-stream (add, drop, rename, widen, create, drop)"
         ),
     ] = False,
+    kafka: Annotated[
+        bool,
+        typer.Option(
+            "--kafka",
+            help="TiCDC's Kafka sink in front: the workload through a private Kafka broker and "
+            "two `capture kafka` members, with a member and the broker killed -9 on the way",
+        ),
+    ] = False,
     trino: Annotated[
         bool,
         typer.Option(
@@ -200,6 +208,10 @@ def demo(
             err_console.print("[bold red]--source takes mariadb or postgres[/]")
             raise typer.Exit(2)
         result = run_source_demo(options, source, out)  # type: ignore[arg-type]
+    elif kafka:
+        from tidelake.pipeline.demo_kafka import run_kafka_demo
+
+        result = run_kafka_demo(options, out)
     else:
         result = run_demo(options, out)
     render_summary(result, out)

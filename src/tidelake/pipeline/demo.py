@@ -80,6 +80,8 @@ class DemoResult:
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: ``--trino``: the differences between the source and what Trino answers (None: not run).
     trino_mismatches: int | None = None
+    #: The faults the demo caused on its way (``--kafka``), in order.
+    faults: list[str] = field(default_factory=list)
 
     def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
         """Freshness percentiles: each message's source commit → the commit covering it."""

@@ -27,7 +27,6 @@ import orjson
 import pytest
 from stagekit import REPO, StageEnv, run, wait_for
 
-from support.ticdc_kafka import Placed, lay_out, watermark
 from tidelake.events import Op
 from tidelake.formats import decode
 from tidelake.pipeline import kafka
@@ -35,6 +34,7 @@ from tidelake.pipeline.kafka import KafkaBroker
 from tidelake.runtime.processes import ChildProcess, tidelake_argv
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import WorkloadSpec
+from tidelake.workload.ticdc_kafka import Placed, lay_out, watermark
 
 aiokafka = pytest.importorskip("aiokafka")
 

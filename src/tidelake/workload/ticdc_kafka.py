@@ -1,6 +1,7 @@
 """TiCDC's Kafka sink layout for canal-json, laid out from the workload's messages: where each
-message goes and which watermarks go with it. TiCDC itself cannot run here (no TiDB), so this
-follows its code (pingcap/tiflow, read for docs/kafka.md):
+message goes and which watermarks go with it (``demo --kafka`` and the Kafka tests). TiCDC
+itself cannot run here (no TiDB), so this follows its code (pingcap/tiflow, read for
+docs/kafka.md):
 
 * rows: the partition dispatcher hashes the schema and table (``table``, the default:
   ``cdc/sink/dmlsink/mq/dispatcher/partition/table.go``) or the table and the handle-key
@@ -19,7 +20,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -54,7 +55,7 @@ def watermark(ts: int) -> bytes:
     )
 
 
-def _partition(body: dict, partitions: int, dispatcher: str) -> int:
+def _partition(body: dict[str, Any], partitions: int, dispatcher: str) -> int:
     if body.get("isDdl"):
         return 0
     text = f"{body['database']}.{body['table']}"
