@@ -19,6 +19,7 @@ EXPECTED_COMMANDS = {
     "tidelake bus init",
     # A group: bare `tidelake capture` runs the capture (its callback), `snapshot` is a leaf.
     "tidelake capture snapshot",
+    "tidelake capture kafka",
     "tidelake capture lag",
     "tidelake chaos",
     "tidelake config check",

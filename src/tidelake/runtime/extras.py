@@ -7,7 +7,9 @@ parts are extras (pyproject.toml ``[project.optional-dependencies]``):
 - ``spark``: the lake: the ingest and every verb that writes or reads it (PySpark, and the
   JVM-free readers: hudi-rs over Arrow, DuckDB);
 - ``capture``: tidelake's own MySQL/MariaDB binlog and PostgreSQL pgoutput capture;
-- ``s3``: staging on S3-compatible object storage (boto3).
+- ``s3``: staging on S3-compatible object storage (boto3);
+- ``trino``: Trino's client, for ``demo --trino`` (pipeline/trino.py);
+- ``kafka``: Kafka's client, for ``capture kafka`` and ``demo --kafka`` (docs/kafka.md).
 
 ``cli.main`` asks :func:`check_command` before a verb runs, so a verb that needs an extra
 fails at once with the ``pip install`` line, and maps a ``ModuleNotFoundError`` raised later
@@ -28,6 +30,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "hudi", "pyarrow", "duckdb"),
     "capture": ("pymysql", "pymysqlreplication", "psycopg2"),
     "s3": ("boto3", "botocore"),
+    "trino": ("trino",),
+    "kafka": ("aiokafka",),
 }
 
 #: verb -> the extras it always needs.
@@ -43,10 +47,17 @@ VERB_EXTRAS: dict[str, tuple[str, ...]] = {
     "capture": ("capture",),
 }
 
+#: (verb, sub-command) -> the extras it needs instead of the verb's own.
+SUBCOMMAND_EXTRAS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("capture", "kafka"): ("kafka",),
+}
+
 #: (verb, option) -> (the values that need more, None for any value; the extras they add).
 OPTION_EXTRAS: dict[tuple[str, str], tuple[frozenset[str] | None, tuple[str, ...]]] = {
     ("demo", "--source"): (None, ("capture",)),
     ("demo", "--object-store"): (None, ("s3",)),
+    ("demo", "--trino"): (None, ("trino",)),
+    ("demo", "--kafka"): (None, ("kafka",)),
     ("chaos", "--source"): (frozenset({"mariadb", "debezium"}), ("capture",)),
     ("chaos", "--stage-store"): (frozenset({"s3"}), ("s3",)),
 }
@@ -93,7 +104,8 @@ def command_extras(verb: str | None, args: Sequence[str]) -> list[str]:
     """The extras the verb ``verb`` with its arguments ``args`` needs, in order."""
     if verb is None or any(a in ("--help", "-h") for a in args):
         return []  # help is readable on any install
-    needed = list(VERB_EXTRAS.get(verb, ()))
+    sub = SUBCOMMAND_EXTRAS.get((verb, args[0])) if args else None
+    needed = list(sub if sub is not None else VERB_EXTRAS.get(verb, ()))
     for (v, option), (values, extras) in OPTION_EXTRAS.items():
         given = _option_value(args, option)
         if v == verb and given is not None and (values is None or given in values):
@@ -103,8 +115,8 @@ def command_extras(verb: str | None, args: Sequence[str]) -> list[str]:
 
 def _option_value(args: Sequence[str], option: str) -> str | None:
     for i, arg in enumerate(args):
-        if arg == option and i + 1 < len(args):
-            return args[i + 1]
+        if arg == option:  # a flag (``--trino``) has no value: "" says it is there
+            return args[i + 1] if i + 1 < len(args) else ""
         if arg.startswith(option + "="):
             return arg.split("=", 1)[1]
     return None
