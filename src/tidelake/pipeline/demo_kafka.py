@@ -1,15 +1,15 @@
 """``tidelake demo --kafka``: the demo with TiCDC's Kafka sink in front, through faults.
 
-A private Kafka broker (pipeline/kafka.py) takes the order workload laid out as TiCDC's
-Kafka sink writes canal-json with ``enable-tidb-extension=true`` and the ``index-value``
-dispatcher (workload/ticdc_kafka.py: a table's rows over three partitions, its DDLs on
-partition 0, watermarks to every partition). Two ``tidelake capture kafka`` members of one
-consumer group carry it into the local stack's JetStream. While the workload is produced,
-one member is killed -9 (the group rebalances to the other) and started again (it
-rebalances once more), and the broker is killed -9 and started again (``faults`` in the
-summary). Then, as in the plain demo, the lake must catch up and equal the workload's
-expected state row by row. The transactions are made before they are produced, so their
-commit times say nothing of freshness: the summary leaves it out.
+A private Kafka broker (pipeline/kafka.py) takes the order workload laid out as TiCDC's Kafka
+sink writes canal-json with ``enable-tidb-extension=true`` and the ``index-value`` dispatcher
+(workload/ticdc_kafka.py: a table's rows over three partitions, its DDLs on partition 0,
+watermarks to every partition). Two ``tidelake capture kafka`` members of one consumer group
+carry it into the local stack's JetStream. While the workload is produced, the member holding
+the topic is killed -9 and started again once the group has given the topic to the other (a
+rebalance that moves it), and the broker is killed -9 and started again (``faults`` in the
+summary). Then, as in the plain demo, the lake must catch up and equal the workload's expected
+state row by row. The transactions are made before they are produced, so their commit times
+say nothing of freshness: the summary leaves it out.
 """
 
 from __future__ import annotations
@@ -114,21 +114,34 @@ def _member(home: Path, n: int) -> ChildProcess:
         f"capture-kafka-{n}",
         tidelake_argv("capture", "kafka", "--config", str(home / "config.yaml")),
         log_path=home / "logs" / f"capture-kafka-{n}.log",
+        # Each line in the log as it is written: _holder reads the assignments from there.
+        env={"PYTHONUNBUFFERED": "1"},
     ).start()
 
 
-def _owner(home: Path) -> int:
-    """The member (1 or 2) whose latest assignment holds the topic (its log says so)."""
-    for n in (1, 2):
-        path = home / "logs" / f"capture-kafka-{n}.log"
-        lines = [
-            line
-            for line in (path.read_text(errors="replace") if path.exists() else "").splitlines()
-            if "kafka topics assigned" in line
-        ]
-        if lines and TOPIC in lines[-1]:
-            return n
-    return 1
+def _holds(home: Path, n: int) -> bool:
+    """Whether member ``n``'s latest assignment in its log holds the topic (a member killed -9
+    keeps its last line: ask only about a live one)."""
+    path = home / "logs" / f"capture-kafka-{n}.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    assigned = [line for line in text.splitlines() if "kafka topics assigned" in line]
+    return bool(assigned) and TOPIC in assigned[-1]
+
+
+def _move_topic(home: Path, members: list[ChildProcess], timeout_s: float = 90.0) -> str:
+    """Kill -9 the member holding the topic, wait until the group gives it to the other, then
+    start the killed one again; what happened, for the summary."""
+    deadline = time.monotonic() + timeout_s
+    while not any(_holds(home, n) for n in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    n = 1 if _holds(home, 1) else 2
+    other = 3 - n
+    members[n - 1].kill()
+    while not _holds(home, other) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    outcome = "moved" if _holds(home, other) else "did not move"
+    members[n - 1] = _member(home, n)
+    return f"capture kafka member {n} killed -9; the topic {outcome} to member {other}"
 
 
 def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
@@ -171,17 +184,15 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
         ]
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("producing to Kafka", total=len(records))
-            faults = {len(records) // 3: "member", 2 * len(records) // 3: "broker"}
+            third = len(records) // 3
+            faults = {third: "member", 2 * third: "broker"}
 
             def on_sent(sent: int) -> None:
                 progress.update(task, completed=sent)
                 due = [at for at in faults if at <= sent]
                 fault = faults.pop(due[0]) if due else None
-                if fault == "member":  # the topic's owner killed: a rebalance to the other
-                    n = _owner(home)
-                    members[n - 1].kill()
-                    members[n - 1] = _member(home, n)
-                    result.faults.append(f"capture kafka member {n} killed -9 at record {sent}")
+                if fault == "member":  # a rebalance that moves the topic to the other member
+                    result.faults.append(f"at record {sent}: {_move_topic(home, members)}")
                 elif fault == "broker":
                     broker.kill()
                     broker.start()
