@@ -111,7 +111,8 @@ ARCHIVE_MARKER = ".hoodie/timeline/history/.tidelake-keep"
 
 def mark_archived_timeline(spark: SparkSession, path: str) -> None:
     """Make ``.hoodie/timeline/history`` of the table at ``path`` hold a file (table version 8
-    and later: version 6 archives into ``.hoodie/archived``, which no reader lists first).
+    and later: version 6 keeps its archive in ``.hoodie/history``, which no reader lists
+    before it exists).
 
     Hudi creates that folder only when it first archives (tens of commits in); readers that
     list folders as an object store does, where an empty folder does not exist, fail on the
