@@ -148,6 +148,17 @@ class KafkaSource:
             await self._consumer.commit(offsets)
             self.stats.commits += 1
 
+    async def _commit_or_wait(self) -> None:
+        """:meth:`_commit`; a commit Kafka refuses now (the group is rebalancing, the broker
+        is restarting) is left to the next one: until then a restart reads a little more
+        again, under the same message ids."""
+        from aiokafka.errors import KafkaError
+
+        try:
+            await self._commit_or_wait()
+        except KafkaError as exc:
+            log.warning("kafka offsets not committed yet", error=repr(exc))
+
     # -- rebalances --------------------------------------------------------------------------
 
     def _listener(self) -> Any:
@@ -216,7 +227,7 @@ class KafkaSource:
                         for out in merge.add(message):
                             await self._publish(out)
                 if time.monotonic() - last_commit >= self.kcfg.commit_interval_s:
-                    await self._commit()
+                    await self._commit_or_wait()
                     last_commit = time.monotonic()
                 if time.monotonic() - last_report >= REPORT_EVERY_S:
                     last_report = time.monotonic()
@@ -227,7 +238,7 @@ class KafkaSource:
                         held={t: m.held for t, m in self._merges.items()},
                         watermarks={t: m.watermarks() for t, m in self._merges.items()},
                     )
-            await self._commit()
+            await self._commit_or_wait()
         finally:
             self.stats.replays_dropped += sum(m.replays for m in self._merges.values())
             with contextlib.suppress(Exception):
