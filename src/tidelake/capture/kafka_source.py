@@ -155,7 +155,7 @@ class KafkaSource:
         from aiokafka.errors import KafkaError
 
         try:
-            await self._commit_or_wait()
+            await self._commit()
         except KafkaError as exc:
             log.warning("kafka offsets not committed yet", error=repr(exc))
 
