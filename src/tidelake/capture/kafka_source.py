@@ -248,16 +248,27 @@ class KafkaSource:
 
     async def _publish(self, msg: KafkaMessage) -> None:
         assert self._publisher is not None
-        headers = {}
-        if msg.key:
-            try:
-                headers[KEY_HEADER] = msg.key.decode("utf-8")
-            except UnicodeDecodeError:
-                log.warning("kafka key is not UTF-8; sent without it", id=msg.msg_id)
+        headers = {KEY_HEADER: key_header(msg.key)} if msg.key else {}
         payload = msg.value if msg.value is not None else b"null"
         await self._publisher.publish(
             self.subject(msg.topic), payload, msg.msg_id, tag=msg, headers=headers
         )
+
+
+def key_header(key: bytes) -> str:
+    """The ``Tidelake-Key`` header of a Kafka key: the key itself when it is one line of
+    UTF-8 (a Debezium JSON key always is: Kafka's JsonConverter writes compact JSON).
+
+    Anything else cannot travel as a NATS header value as it is, and dropping it would let the
+    row be keyed another way: it goes as a text that is not JSON, naming the bytes in hex, so
+    the stager dead-letters the message ("message key is not JSON") with the key recoverable."""
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and "\r" not in text and "\n" not in text:
+        return text
+    return f"unreadable Kafka key, hex {key.hex()}"
 
 
 def run_kafka_source(cfg: Config) -> KafkaSourceStats:
