@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -223,6 +224,47 @@ def wait_for_lake(
         if time.monotonic() > deadline:
             raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
         time.sleep(0.25)
+
+
+async def stored_messages(
+    cfg: Config,
+    url: str,
+    want: int,
+    timeout_s: float,
+    subject: str,
+    commit_ms: Callable[[dict[str, Any]], int],
+    producer: str = "the producer",
+) -> Published:
+    """Wait until the CDC stream holds ``want`` messages, then read the sequences and source
+    commit times (``commit_ms`` of a row message's body: the freshness baseline) of the row
+    messages on ``subject``, per table."""
+    from tidelake.bus.scan import scan_stream
+
+    nc = await connect(cfg.bus, url)
+    try:
+        js = nc.jetstream()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = await js.stream_info(cfg.bus.stream.name)
+            if int(info.state.messages) >= want:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{producer} stored {info.state.messages} of {want} messages "
+                    f"within {timeout_s:.0f} s"
+                )
+            await asyncio.sleep(0.25)
+        published = Published()
+        for msg in await scan_stream(js, subject, int(info.state.messages)):
+            body = orjson.loads(msg.data)
+            if body.get("isDdl"):
+                continue
+            table = str(body["table"])
+            published.seqs[table].append(int(msg.metadata.sequence.stream))
+            published.commit_ms[table].append(commit_ms(body))
+        return published
+    finally:
+        await nc.close()
 
 
 def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -19,17 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tidelake.bus.connection import connect
-from tidelake.bus.scan import scan_stream
-from tidelake.config import Config
 from tidelake.pipeline.demo import (
     DemoOptions,
     DemoResult,
-    Published,
+    stored_messages,
     verify_workload,
     wait_for_ingest,
     wait_for_lake,
@@ -77,36 +73,6 @@ async def _produce(
             await asyncio.sleep(1.0)
         finally:
             await producer.stop()
-
-
-async def _carried(cfg: Config, url: str, want: int, timeout_s: float) -> Published:
-    """Wait until the CDC stream holds ``want`` messages, then read their sequences and
-    source commit times (``es``: the commitTs's physical milliseconds)."""
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            info = await js.stream_info(cfg.bus.stream.name)
-            if int(info.state.messages) >= want:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"capture kafka stored {info.state.messages} of {want} messages "
-                    f"within {timeout_s:.0f} s"
-                )
-            await asyncio.sleep(0.25)
-        published = Published()
-        for msg in await scan_stream(js, f"{SUBJECT_PREFIX}.>", int(info.state.messages)):
-            body = orjson.loads(msg.data)
-            if body.get("isDdl"):
-                continue
-            table = str(body["table"])
-            published.seqs[table].append(int(msg.metadata.sequence.stream))
-            published.commit_ms[table].append(int(body["es"]))
-        return published
-    finally:
-        await nc.close()
 
 
 def _member(home: Path, n: int) -> ChildProcess:
@@ -202,7 +168,17 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
             asyncio.run(_produce(broker.bootstrap_servers, records, opts.rate, on_sent))
             result.publish_events_per_s = round(len(records) / (time.monotonic() - t0), 1)
             want = sum(1 for txn in txns for _ in txn)
-            published = asyncio.run(_carried(cfg, stack.bus_url, want, opts.catch_up_timeout_s))
+            published = asyncio.run(
+                stored_messages(
+                    cfg,
+                    stack.bus_url,
+                    want,
+                    opts.catch_up_timeout_s,
+                    f"{SUBJECT_PREFIX}.>",
+                    lambda body: int(body["es"]),  # the commitTs's physical ms
+                    "capture kafka",
+                )
+            )
             commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
         # Freshness is not measured: the workload's commit times are made before producing.
         result.commits = len(commits)

@@ -17,18 +17,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tidelake.bus.connection import connect
-from tidelake.bus.scan import scan_stream
 from tidelake.capture.servers import MariaDBServer, PostgresServer
-from tidelake.config import Config
 from tidelake.pipeline.demo import (
     DemoOptions,
     DemoResult,
-    Published,
+    stored_messages,
     wait_for_ingest,
     wait_for_lake,
 )
@@ -59,34 +55,9 @@ def _create_schema(server: MariaDBServer | PostgresServer, kind: SourceKind) -> 
         conn.close()
 
 
-async def _captured(cfg: Config, url: str, want: int, timeout_s: float) -> Published:
-    """Wait until the CDC stream holds ``want`` messages, then read their sequences and
-    source commit times (the freshness baseline)."""
-    nc = await connect(cfg.bus, url)
-    try:
-        js = nc.jetstream()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            info = await js.stream_info(cfg.bus.stream.name)
-            if int(info.state.messages) >= want:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the capture published {info.state.messages} of {want} changes "
-                    f"within {timeout_s:.0f} s"
-                )
-            await asyncio.sleep(0.25)
-        published = Published()
-        for msg in await scan_stream(js, "cdc.>", int(info.state.messages)):
-            body = orjson.loads(msg.data)
-            if body.get("isDdl"):
-                continue
-            table = str(body["table"])
-            published.seqs[table].append(int(msg.metadata.sequence.stream))
-            published.commit_ms[table].append(int(body["_tidelake"]["commit_ts_ms"]))
-        return published
-    finally:
-        await nc.close()
+def _commit_ms(body: dict[str, Any]) -> int:
+    """The source commit time tidelake's capture carries (``_tidelake.commit_ts_ms``)."""
+    return int(body["_tidelake"]["commit_ts_ms"])
 
 
 def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> DemoResult:
@@ -138,7 +109,15 @@ def run_source_demo(opts: DemoOptions, kind: SourceKind, console: Console) -> De
             result.events = run.rows_changed
             result.publish_events_per_s = round(run.rows_changed / max(run.elapsed_s, 1e-9), 1)
             published = asyncio.run(
-                _captured(cfg, stack.bus_url, run.rows_changed, opts.catch_up_timeout_s)
+                stored_messages(
+                    cfg,
+                    stack.bus_url,
+                    run.rows_changed,
+                    opts.catch_up_timeout_s,
+                    "cdc.>",
+                    _commit_ms,
+                    "the capture",
+                )
             )
             commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
         result.measure_freshness(published, commits)
