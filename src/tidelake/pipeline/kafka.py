@@ -14,12 +14,18 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from types import TracebackType
 
 import structlog
 
 from tidelake.errors import TidelakeError, Transient
-from tidelake.runtime.processes import ChildProcess, ProcessError, every, free_port, tcp_port
+from tidelake.runtime.processes import (
+    ChildProcess,
+    ProcessError,
+    ServedProcess,
+    every,
+    free_port,
+    tcp_port,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +66,7 @@ def available() -> bool:
     return (lib_dir() / f"kafka_2.13-{VERSION}.jar").is_file()
 
 
-class KafkaBroker:
+class KafkaBroker(ServedProcess):
     """One KRaft broker+controller as a child process with its data in ``workdir``."""
 
     def __init__(
@@ -87,14 +93,6 @@ class KafkaBroker:
     @property
     def log_path(self) -> Path:
         return self.workdir / "kafka.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.alive()
 
     def server_properties(self) -> dict[str, str]:
         port, controller = self.port, self._controller_port
@@ -193,27 +191,3 @@ class KafkaBroker:
             raise KafkaError(f"{exc}\n{self.log_tail()}") from None
         log.info("kafka started", bootstrap=self.bootstrap_servers, pid=self.pid)
         return self
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM: the broker shuts down cleanly (its controlled shutdown)."""
-        if self._process is not None:
-            self._process.stop(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash: what it had acknowledged is on disk (``log.flush.*``)."""
-        if self._process is not None:
-            self._process.kill()
-
-    def log_tail(self, lines: int = 20) -> str:
-        return self._process.log_tail(lines) if self._process is not None else ""
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import TracebackType
 from xml.sax.saxutils import escape
 
 import structlog
 
 from tidelake.errors import TidelakeError, Transient
-from tidelake.runtime.processes import ChildProcess, ProcessError, free_port, tcp_port
+from tidelake.runtime.processes import (
+    ChildProcess,
+    ProcessError,
+    ServedProcess,
+    free_port,
+    tcp_port,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +62,7 @@ def site_xml(settings: dict[str, str]) -> str:
     return f"<configuration>\n{props}</configuration>\n"
 
 
-class HiveMetastore:
+class HiveMetastore(ServedProcess):
     """``HiveMetaStore`` as a child process with an embedded Derby database in ``workdir``."""
 
     def __init__(self, workdir: Path, startup_timeout_s: float = 120.0) -> None:
@@ -136,21 +141,3 @@ class HiveMetastore:
             raise MetastoreError(f"{exc}\n{self.log_tail()}") from None
         log.info("hive metastore started", uri=self.uri, pid=self._process.pid)
         return self
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        if self._process is not None:
-            self._process.stop(timeout_s)
-
-    def log_tail(self, lines: int = 20) -> str:
-        return self._process.log_tail(lines) if self._process is not None else ""
-
-    def __enter__(self) -> HiveMetastore:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

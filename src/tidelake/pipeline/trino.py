@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -29,6 +28,7 @@ from tidelake.runtime.java import java_at_least
 from tidelake.runtime.processes import (
     ChildProcess,
     ProcessError,
+    ServedProcess,
     every,
     free_port,
     log_line,
@@ -94,7 +94,7 @@ def s3_catalog_settings(s3: S3Config | None) -> dict[str, str]:
     return settings
 
 
-class TrinoServer:
+class TrinoServer(ServedProcess):
     """One Trino coordinator (which is its own worker) on 127.0.0.1 with ``workdir`` as home."""
 
     def __init__(
@@ -233,24 +233,6 @@ class TrinoServer:
             finally:
                 conn.close()
             time.sleep(0.5)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self._process is not None:
-            self._process.stop(timeout_s)
-
-    def log_tail(self, lines: int = 20) -> str:
-        return self._process.log_tail(lines) if self._process is not None else ""
-
-    def __enter__(self) -> TrinoServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def rows_as_dicts(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:

@@ -448,3 +448,45 @@ class ChildProcess:
 
     def __repr__(self) -> str:
         return f"ChildProcess({self.name!r}, pid={self.pid}, alive={self.alive()})"
+
+
+class ServedProcess:
+    """A server run as one :class:`ChildProcess` (a subclass starts it in :meth:`start` and
+    keeps it in ``_process``): its pid, stop, kill, log tail and ``with`` block."""
+
+    _process: ChildProcess | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.alive()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """The process's stop signal, then SIGKILL after ``timeout_s``."""
+        if self._process is not None:
+            self._process.stop(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self._process is not None:
+            self._process.kill()
+
+    def log_tail(self, lines: int = 20) -> str:
+        return self._process.log_tail(lines) if self._process is not None else ""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
