@@ -92,6 +92,22 @@ class DemoResult:
         self.freshness_p99_s = _percentile(fresh, 99)
         self.freshness_max_s = round(max(fresh), 3) if fresh else None
 
+    def record(self, comparisons: list[Comparison]) -> None:
+        """The totals and the per-table entries of a row-by-row verification."""
+        self.tables = len(comparisons)
+        self.rows_expected = sum(c.rows_expected for c in comparisons)
+        self.rows_in_lake = sum(c.rows_in_lake for c in comparisons)
+        self.mismatches = sum(c.mismatches for c in comparisons)
+        self.per_table = {
+            c.table: {
+                "rows_expected": c.rows_expected,
+                "rows_in_lake": c.rows_in_lake,
+                "mismatches": c.mismatches,
+                "samples": c.samples + c.schema,
+            }
+            for c in comparisons
+        }
+
     @property
     def ok(self) -> bool:
         return (
@@ -348,19 +364,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         stack.stop_stages()
         result.dlq = asyncio.run(stack.dlq_depth())
         comparisons = verify_workload(cfg, workload)
-        result.tables = len(comparisons)
-        result.rows_expected = sum(c.rows_expected for c in comparisons)
-        result.rows_in_lake = sum(c.rows_in_lake for c in comparisons)
-        result.mismatches = sum(c.mismatches for c in comparisons)
-        result.per_table = {
-            c.table: {
-                "rows_expected": c.rows_expected,
-                "rows_in_lake": c.rows_in_lake,
-                "mismatches": c.mismatches,
-                "samples": c.samples + c.schema,
-            }
-            for c in comparisons
-        }
+        result.record(comparisons)
         if engines is not None:
             with console.status("starting Trino and reading every table through it"):
                 trino = engines.start_trino(store.server.s3_config() if store else None)

@@ -185,19 +185,7 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
         stack.stop_stages()
         result.dlq = asyncio.run(stack.dlq_depth())
         comparisons = verify_workload(cfg, workload)
-        result.tables = len(comparisons)
-        result.rows_expected = sum(c.rows_expected for c in comparisons)
-        result.rows_in_lake = sum(c.rows_in_lake for c in comparisons)
-        result.mismatches = sum(c.mismatches for c in comparisons)
-        result.per_table = {
-            c.table: {
-                "rows_expected": c.rows_expected,
-                "rows_in_lake": c.rows_in_lake,
-                "mismatches": c.mismatches,
-                "samples": c.samples + c.schema,
-            }
-            for c in comparisons
-        }
+        result.record(comparisons)
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
