@@ -118,9 +118,41 @@ class EmbeddedNatsConfig(_Model):
     store_dir: Path | None = Field(None, description="default: <home>/nats")
 
 
-class BusConfig(_Model):
-    """Where NATS JetStream is: an external server (``url``) or an embedded child process."""
+class KafkaBusConfig(_Model):
+    """``bus.kind: kafka``: the CDC log is one Kafka topic of one partition (docs/kafka.md)."""
 
+    bootstrap_servers: str | None = Field(None, description="host:port[,host:port...] of Kafka")
+    topic: str = Field(
+        "tidelake.cdc",
+        description="the CDC topic: one partition, its offset + 1 is the stream sequence",
+    )
+    dlq_topic: str = Field("tidelake.cdc.dlq", description="the dead-letter topic")
+    group_id: str = Field(
+        "tidelake-stager",
+        description="the stagers' consumer group: its committed offset is what is staged",
+    )
+    replication_factor: int = Field(
+        1, ge=1, description="replicas of the topics tidelake creates (3 on a real cluster)"
+    )
+    min_insync_replicas: int = Field(
+        1, ge=1, description="replicas that must have a message before it is acknowledged"
+    )
+    retention_ms: int = Field(
+        7 * 24 * 3600 * 1000, description="how long the CDC topic keeps messages; -1 = forever"
+    )
+    dlq_retention_ms: int = Field(
+        30 * 24 * 3600 * 1000, description="how long the dead-letter topic keeps messages"
+    )
+
+
+class BusConfig(_Model):
+    """Where the CDC log is: NATS JetStream, an external server (``url``) or an embedded child
+    process; or, with ``kind: kafka``, a Kafka topic (``bus.kafka``)."""
+
+    kind: Literal["nats", "kafka"] = Field(
+        "nats", description="nats: JetStream (default); kafka: a Kafka topic (docs/kafka.md)"
+    )
+    kafka: KafkaBusConfig = KafkaBusConfig()
     url: str | None = Field(
         None,
         description=(

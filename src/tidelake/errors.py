@@ -273,6 +273,18 @@ def _classify_botocore(exc: BaseException) -> Decision | None:
     return None
 
 
+def _classify_kafka(exc: BaseException) -> Decision | None:
+    """Kafka's client marks each of its errors retriable or not (``KafkaError.retriable``):
+    a broker down or restarting, a leader moving, a timeout are; an authorization failure
+    or a record too large is not."""
+    errors = _loaded("aiokafka.errors")
+    if errors is None or not isinstance(exc, errors.KafkaError):
+        return None
+    if isinstance(exc, errors.KafkaTimeoutError):  # not marked retriable, yet it is
+        return "transient"
+    return "transient" if getattr(exc, "retriable", False) else "terminal"
+
+
 def _classify_databases(exc: BaseException) -> Decision | None:
     """A lost or refused connection to a source database (the capture wraps most of them
     into ``SourceUnavailableError``; a read from an open stream raises them as they are)."""
@@ -300,7 +312,12 @@ def _classify_one(exc: BaseException) -> Decision | None:
         return "transient"
     # Before OSError: nats.errors.TimeoutError is an asyncio.TimeoutError, which is the
     # builtin TimeoutError, an OSError.
-    decided = _classify_nats(exc) or _classify_botocore(exc) or _classify_databases(exc)
+    decided = (
+        _classify_nats(exc)
+        or _classify_botocore(exc)
+        or _classify_kafka(exc)
+        or _classify_databases(exc)
+    )
     if decided is not None:
         return decided
     # Malformed state: orjson.JSONDecodeError is a json.JSONDecodeError; reading it again

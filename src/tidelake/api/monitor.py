@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from tidelake.api.jetstream import JetStream, is_bus_error
+from tidelake.api.kafka_view import KafkaView
 from tidelake.api.records import (
     DurabilityCheck,
     Histogram,
@@ -119,6 +120,9 @@ class Monitor:
         self.cfg = cfg
         self.stale_after_s = stale_after_s
         self.bus = bus or JetStream(cfg.bus, home=cfg.home)
+        #: On a Kafka bus, where the bus's state is read instead (the dead-letter pages of
+        #: ``serve`` are JetStream's only: docs/kafka.md).
+        self.kafka = KafkaView(cfg.bus) if cfg.bus.kind == "kafka" else None
         self.stage = StageRecord(open_storage(cfg.stage_root, cfg.storage.s3, create=False))
         self.lake = LakeRecord(lake_state_dir(cfg))
         self._snapshot: Snapshot | None = None
@@ -173,10 +177,11 @@ class Monitor:
         try:
             if time.monotonic() < self._bus_retry_at:
                 raise ConnectionError(self._bus_error or "unreachable")
-            snap.bus = await asyncio.wait_for(self.bus.state(tables), timeout=10)
+            source: JetStream | KafkaView = self.kafka or self.bus
+            snap.bus = await asyncio.wait_for(source.state(tables), timeout=10)
             todo, self._latency_todo = self._latency_todo, []
             for seq_first, created_ms in todo:
-                stored = await self.bus.message_time_ms(seq_first)
+                stored = await source.message_time_ms(seq_first)
                 if stored is not None:
                     self.stage.totals.batch_latency.observe(max(0.0, (created_ms - stored) / 1000))
             for table, last in snap.bus["last_by_table"].items():

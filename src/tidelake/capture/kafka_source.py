@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidelake.capture.kafka_merge import KafkaMessage, TopicMerge
-from tidelake.capture.publisher import Acked, Publisher
+from tidelake.capture.publisher import Acked, open_publisher
 from tidelake.config import Config, KafkaSourceConfig
 from tidelake.errors import ConfigError
 
@@ -116,7 +116,7 @@ class KafkaSource:
         self._merges: dict[str, TopicMerge] = {}
         self._stop = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
-        self._publisher: Publisher | None = None
+        self._publisher: Any = None  # capture/publisher.py open_publisher: either bus
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -195,7 +195,7 @@ class KafkaSource:
     async def run(self) -> KafkaSourceStats:
         from aiokafka import AIOKafkaConsumer
 
-        self._publisher = await Publisher.open(self.cfg.bus, self.bus_url, on_acked=self._on_acked)
+        self._publisher = await open_publisher(self.cfg.bus, self.bus_url, on_acked=self._on_acked)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.kcfg.bootstrap_servers,
             group_id=self.kcfg.group_id,

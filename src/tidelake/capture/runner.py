@@ -31,7 +31,7 @@ from tidelake.bus.provision import ensure_streams
 from tidelake.capture.canal import Item, Outgoing, Resume
 from tidelake.capture.lag import IDLE_WITHIN_S, LagProbe, lag_seconds
 from tidelake.capture.position import PositionStore
-from tidelake.capture.publisher import Publisher
+from tidelake.capture.publisher import open_publisher
 from tidelake.config import Config
 from tidelake.errors import Terminal, TidelakeError, Transient
 from tidelake.runtime import live_metrics as live
@@ -156,13 +156,13 @@ async def capture_loop(
     store = PositionStore(cfg.capture_position_file)
     state = store.load()
     stats = CaptureStats(state=state)
-    nc = await connect(cfg.bus)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=16)
     sink = Sink(loop, queue)
     # Its own connection, re-opened in order after a failure: stream order = call order,
-    # which the ingest's position watermark relies on (capture/publisher.py).
-    pub = await Publisher.open(cfg.bus)
+    # which the ingest's position watermark relies on (capture/publisher.py). On a Kafka
+    # bus, the idempotent producer's order (capture/kafka_publisher.py).
+    pub = await open_publisher(cfg.bus)
     waiting = _Durable()
     sent = 0
     # Lag (capture/lag.py): probed on a connection of its own, never the reader's.
@@ -263,7 +263,7 @@ async def capture_loop(
 
     ticker: asyncio.Task[None] | None = None
     try:
-        await ensure_streams(nc.jetstream(), cfg.bus)
+        await _ensure_bus(cfg)
         thread = threading.Thread(target=reader, name=f"capture-{source.kind}", daemon=True)
         thread.start()
         heartbeat.start()
@@ -318,10 +318,22 @@ async def capture_loop(
         stats.saves = store.saves
         with contextlib.suppress(Exception):
             await pub.close()
-        with contextlib.suppress(Exception):
-            await nc.close()
         source.close()
     return stats
+
+
+async def _ensure_bus(cfg: Config) -> None:
+    """The CDC stream (JetStream) or topics (Kafka) exist before anything is published."""
+    if cfg.bus.kind == "kafka":
+        from tidelake.bus.kafka import ensure_topics
+
+        await ensure_topics(cfg.bus)
+        return
+    nc = await connect(cfg.bus)
+    try:
+        await ensure_streams(nc.jetstream(), cfg.bus)
+    finally:
+        await nc.close()
 
 
 async def _beat_every(interval_s: float) -> None:

@@ -176,6 +176,13 @@ def demo(
             "two `capture kafka` members, with a member and the broker killed -9 on the way",
         ),
     ] = False,
+    bus: Annotated[
+        str,
+        typer.Option(
+            help="nats (JetStream) or kafka: Kafka as the pipeline's bus too, with two stagers "
+            "in one consumer group and the one holding the topic killed -9 (implies --kafka)",
+        ),
+    ] = "nats",
     trino: Annotated[
         bool,
         typer.Option(
@@ -191,8 +198,12 @@ def demo(
     if object_store not in (None, "minio"):
         err_console.print("[bold red]--object-store takes minio[/]")
         raise typer.Exit(2)
+    if bus not in ("nats", "kafka"):
+        err_console.print("[bold red]--bus takes nats or kafka[/]")
+        raise typer.Exit(2)
     out = err_console if json else console
     options = DemoOptions(
+        bus=bus,
         events=events,
         rate=rate,
         seed=seed,
@@ -208,7 +219,7 @@ def demo(
             err_console.print("[bold red]--source takes mariadb or postgres[/]")
             raise typer.Exit(2)
         result = run_source_demo(options, source, out)  # type: ignore[arg-type]
-    elif kafka:
+    elif kafka or bus == "kafka":
         from tidelake.pipeline.demo_kafka import run_kafka_demo
 
         result = run_kafka_demo(options, out)

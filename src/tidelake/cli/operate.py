@@ -538,6 +538,9 @@ def replay(
     except ValueError as exc:
         err_console.print(f"[bold red]{exc}[/]")
         raise typer.Exit(2) from exc
+    if cfg.bus.kind == "kafka":
+        _rewind_kafka(cfg, from_seq, when, to_seq, table or subject, dry_run, json)
+        return
     filt = table_subject(cfg.bus, table) if table else subject
 
     async def run(bus: Any) -> dict[str, Any]:
@@ -564,6 +567,42 @@ def replay(
     verb = "would replay" if dry_run else "replayed"
     console.print(
         f"{verb} {result['messages']:,} message(s) of {result['subject']} "
+        f"(sequences {result['from_seq']:,}..{result['to_seq']:,})"
+    )
+
+
+def _rewind_kafka(
+    cfg: Config,
+    from_seq: int | None,
+    from_time_ms: int | None,
+    to_seq: int | None,
+    filt: str | None,
+    dry_run: bool,
+    json: bool,
+) -> None:
+    """``replay`` on a Kafka bus: the stagers' group is moved back (bus/kafka.py ``rewind``);
+    Kafka has no per-subject copy to make, so the whole topic from there is staged again."""
+    from tidelake.bus import kafka as kbus
+
+    if to_seq is not None or filt is not None:
+        err_console.print(
+            "[bold red]on a Kafka bus, replay moves the stagers back from a sequence or a "
+            "time; --to-seq, --table and --subject need JetStream[/]"
+        )
+        raise typer.Exit(2)
+    try:
+        result = asyncio.run(
+            kbus.rewind(cfg.bus, from_seq=from_seq, from_time_ms=from_time_ms, dry_run=dry_run)
+        )
+    except Exception as exc:
+        err_console.print(f"[bold red]replay failed[/] {exc}")
+        raise typer.Exit(1) from exc
+    if json:
+        _json(result)
+        return
+    verb = "would stage again" if dry_run else "the stagers stage again"
+    console.print(
+        f"{verb} {result['messages']:,} message(s) of Kafka topic {result['topic']} "
         f"(sequences {result['from_seq']:,}..{result['to_seq']:,})"
     )
 

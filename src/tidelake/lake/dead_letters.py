@@ -12,6 +12,11 @@ when the CDC stream no longer holds it, the staged event itself (JSON) under
 ``<prefix>.ingest.<database>.<table>``. ``Nats-Msg-Id`` is derived from the stream sequence
 and the event's position, so a batch applied again after a crash stores each dead letter
 once. The commit that skips the events happens only after JetStream acknowledged them.
+
+On a Kafka bus (``bus.kind: kafka``, :mod:`tidelake.bus.kafka`) the same letters go to the
+dead-letter topic, the original read from the CDC topic at offset ``seq - 1``; Kafka keeps no
+de-duplication window, so a batch applied again after a crash may store a letter twice (the
+same ``Tidelake-Msg-Id`` header on both).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import nats.errors
 import structlog
 
 from tidelake.bus import dlq
+from tidelake.bus import kafka as kbus
 from tidelake.bus.connection import connect
 from tidelake.config import Config
 from tidelake.errors import BusError
@@ -54,12 +60,37 @@ class DeadLetters:
     @property
     def available(self) -> bool:
         """Whether a bus is configured (an ingest run without one pauses the table instead)."""
+        if self.bus.kind == "kafka":
+            return bool(self.bus.kafka.bootstrap_servers)
         return bool(self.bus.url)
 
     def publish(self, rejected: Sequence[Rejected]) -> None:
         """Every rejected event durably in the dead-letter stream, or BusError."""
-        if rejected:
+        if rejected and self.bus.kind == "kafka":
+            asyncio.run(self._publish_to_kafka(rejected))
+        elif rejected:
             asyncio.run(self._publish(rejected))
+
+    async def _publish_to_kafka(self, rejected: Sequence[Rejected]) -> None:
+        originals = await kbus.read_records(self.bus, [item.event.seq for item in rejected])
+        letters = []
+        for item in rejected:
+            event = item.event
+            found = originals.get(event.seq)
+            subject, key, payload = found if found is not None else (None, None, None)
+            if subject is None or payload is None:
+                subject, payload = _event_subject(event), event.to_json()
+            headers = _headers(item, subject)
+            headers[kbus.MSG_ID_HEADER] = headers.pop("Nats-Msg-Id")
+            letters.append(kbus.Letter(payload, key, headers))
+        await kbus.produce_letters(self.bus, letters)
+        for item in rejected:
+            log.warning(
+                "event dead-lettered by the ingest",
+                table=item.event.table_id,
+                seq=item.event.seq,
+                reason=item.reason[:300],
+            )
 
     async def _publish(self, rejected: Sequence[Rejected]) -> None:
         nc = await connect(self.bus, reconnect=False)
@@ -93,11 +124,20 @@ class DeadLetters:
         if original is not None:
             subject, payload = original
         else:
-            table = ".".join(
-                _SUBJECT_UNSAFE.sub("_", p) or "_" for p in (event.database, event.table)
-            )
-            subject, payload = f"ingest.{table}", event.to_json()
-        headers = dlq.dlq_headers(item.reason, subject, event.seq, 0)
-        headers["Nats-Msg-Id"] = f"tidelake-dlq-ingest-{event.seq}-{event.position.encode()}"
-        headers[HEADER_STAGE] = "ingest"
+            subject, payload = _event_subject(event), event.to_json()
+        headers = _headers(item, subject)
         return dlq.dlq_subject(self.bus.dlq.subject_prefix, subject), payload, headers
+
+
+def _event_subject(event: ChangeEvent) -> str:
+    """The subject of a letter carrying the staged event itself (its original is gone)."""
+    table = ".".join(_SUBJECT_UNSAFE.sub("_", p) or "_" for p in (event.database, event.table))
+    return f"ingest.{table}"
+
+
+def _headers(item: Rejected, subject: str) -> dict[str, str]:
+    event = item.event
+    headers = dlq.dlq_headers(item.reason, subject, event.seq, 0)
+    headers["Nats-Msg-Id"] = f"tidelake-dlq-ingest-{event.seq}-{event.position.encode()}"
+    headers[HEADER_STAGE] = "ingest"
+    return headers

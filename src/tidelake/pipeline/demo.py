@@ -58,6 +58,8 @@ class DemoOptions:
     #: A private Hive Metastore kept in sync by the ingest, and Trino over it: every table is
     #: verified through Trino too (pipeline/query_engines.py).
     trino: bool = False
+    #: ``"kafka"``: Kafka is the pipeline's bus (``bus.kind: kafka``; pipeline/demo_kafka.py).
+    bus: str = "nats"
 
 
 @dataclass

@@ -10,6 +10,12 @@ rebalance that moves it), and the broker is killed -9 and started again (``fault
 summary). Then, as in the plain demo, the lake must catch up and equal the workload's expected
 state row by row. The transactions are made before they are produced, so their commit times
 say nothing of freshness: the summary leaves it out.
+
+``demo --bus kafka``: the same, with Kafka as the pipeline's own bus too (``bus.kind: kafka``,
+bus/kafka.py): the members write the merged changes to the CDC topic (one partition) instead
+of JetStream, no nats-server runs, and two stagers share the CDC topic in one consumer group.
+On top of the faults above, the stager holding the topic's partition is killed -9 and started
+again once the group has given the partition to the other stager.
 """
 
 from __future__ import annotations
@@ -18,13 +24,18 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tidelake.bus import kafka as kafka_bus
+from tidelake.config import Config
 from tidelake.pipeline.demo import (
     DemoOptions,
     DemoResult,
+    Published,
     stored_messages,
     verify_workload,
     wait_for_ingest,
@@ -110,6 +121,60 @@ def _move_topic(home: Path, members: list[ChildProcess], timeout_s: float = 90.0
     return f"capture kafka member {n} killed -9; the topic {outcome} to member {other}"
 
 
+def _stager_holds(stack: LocalStack, name: str) -> bool:
+    """Whether stager ``name``'s log says it holds the CDC topic's partition now."""
+    path = stack.child(name).log_path
+    text = path.read_text(errors="replace") if path.exists() else ""
+    events = [
+        line
+        for line in text.splitlines()
+        if "kafka partition assigned" in line or "kafka partition revoked" in line
+    ]
+    return bool(events) and "assigned" in events[-1]
+
+
+def _move_partition(stack: LocalStack, timeout_s: float = 90.0) -> str:
+    """Kill -9 the stager holding the CDC partition, wait until the group gives it to the
+    other one, then start the killed one again; what happened, for the summary."""
+    names = ("stager", "stager-2")
+    deadline = time.monotonic() + timeout_s
+    while not any(_stager_holds(stack, n) for n in names) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    holder = names[0] if _stager_holds(stack, names[0]) else names[1]
+    other = names[1] if holder == names[0] else names[0]
+    child = stack.child(holder)
+    child.kill()
+    while not _stager_holds(stack, other) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    outcome = "moved" if _stager_holds(stack, other) else "did not move"
+    child.start()
+    return f"{holder} killed -9; the CDC partition {outcome} to {other}"
+
+
+async def _stored_in_kafka(cfg: Config, want: int, timeout_s: float) -> Published:
+    """Wait until the CDC topic holds ``want`` distinct messages (a member killed -9 writes
+    some again: Kafka keeps both copies, the ingest drops the second), then their sequences
+    per table."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = await kafka_bus.scan_topic(cfg.bus)
+        ids = {r.headers.get(kafka_bus.MSG_ID_HEADER) for r in records}
+        if len(ids) >= want:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"capture kafka stored {len(ids)} of {want} messages in Kafka")
+        await asyncio.sleep(0.5)
+    published = Published()
+    for record in records:
+        body = orjson.loads(record.value or b"null")
+        if not isinstance(body, dict) or body.get("isDdl"):
+            continue
+        table = str(body["table"])
+        published.seqs[table].append(record.seq)
+        published.commit_ms[table].append(int(body["es"]))
+    return published
+
+
 def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
     """Run the demo through Kafka; every failure is reported in the result, never raised."""
     started = time.monotonic()
@@ -122,7 +187,7 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
     try:
         with console.status("starting Kafka"):
             broker.start()
-        settings = {
+        settings: dict[str, Any] = {
             "capture": {
                 "kafka": {
                     "bootstrap_servers": broker.bootstrap_servers,
@@ -131,11 +196,19 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 }
             }
         }
+        on_kafka = opts.bus == "kafka"
+        if on_kafka:
+            settings["bus"] = {
+                "kind": "kafka",
+                "kafka": {"bootstrap_servers": broker.bootstrap_servers},
+            }
         stack = LocalStack(home, settings=settings)
         stack.start()
         cfg = stack.cfg
         result.lake = cfg.lake_root
         wait_for_ingest(stack, console)
+        if on_kafka:
+            stack.add_stager("stager-2")  # the CDC topic's consumer group: two members
         members = [_member(home, 1), _member(home, 2)]
         spec = WorkloadSpec(events=opts.events, seed=opts.seed)
         workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
@@ -152,6 +225,8 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
             task = progress.add_task("producing to Kafka", total=len(records))
             third = len(records) // 3
             faults = {third: "member", 2 * third: "broker"}
+            if on_kafka:
+                faults[len(records) // 2] = "stager"
 
             def on_sent(sent: int) -> None:
                 progress.update(task, completed=sent)
@@ -159,6 +234,8 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 fault = faults.pop(due[0]) if due else None
                 if fault == "member":  # a rebalance that moves the topic to the other member
                     result.faults.append(f"at record {sent}: {_move_topic(home, members)}")
+                elif fault == "stager":  # a rebalance of the stagers' group
+                    result.faults.append(f"at record {sent}: {_move_partition(stack)}")
                 elif fault == "broker":
                     broker.kill()
                     broker.start()
@@ -169,7 +246,9 @@ def run_kafka_demo(opts: DemoOptions, console: Console) -> DemoResult:
             result.publish_events_per_s = round(len(records) / (time.monotonic() - t0), 1)
             want = sum(1 for txn in txns for _ in txn)
             published = asyncio.run(
-                stored_messages(
+                _stored_in_kafka(cfg, want, opts.catch_up_timeout_s)
+                if on_kafka
+                else stored_messages(
                     cfg,
                     stack.bus_url,
                     want,

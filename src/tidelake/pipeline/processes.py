@@ -26,11 +26,10 @@ def run_env(config_path: Path, home: Path, bus_url: str) -> dict[str, str]:
     are pinned here too: a ``TIDELAKE_HOME`` left in the caller's shell would otherwise send
     the children to another directory than the one the run watches. Other ``TIDELAKE_…``
     settings (a Spark master, say) still reach them."""
-    return {
-        "TIDELAKE_CONFIG": str(config_path),
-        "TIDELAKE_HOME": str(home),
-        "TIDELAKE_BUS__URL": bus_url,
-    }
+    env = {"TIDELAKE_CONFIG": str(config_path), "TIDELAKE_HOME": str(home)}
+    if bus_url:  # empty on a Kafka bus (bus.kafka names its servers)
+        env["TIDELAKE_BUS__URL"] = bus_url
+    return env
 
 
 class StageProcess(ChildProcess):

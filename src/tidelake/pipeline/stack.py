@@ -39,6 +39,7 @@ from typing import Any
 import structlog
 import yaml
 
+from tidelake.bus import kafka as kafka_bus
 from tidelake.bus.connection import connect
 from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_record, write_record
 from tidelake.bus.provision import provision
@@ -141,8 +142,20 @@ class LocalStack:
         self.start_stages()
         return self
 
+    @property
+    def on_kafka(self) -> bool:
+        """The CDC log is a Kafka topic (``bus.kind: kafka``): no nats-server is started."""
+        if self._cfg is not None:
+            return self._cfg.bus.kind == "kafka"
+        return dict(self.settings.get("bus") or {}).get("kind") == "kafka"
+
     def start_bus(self) -> str:
-        """``bus.url`` when the config has one, else an embedded nats-server; its URL."""
+        """``bus.url`` when the config has one, else an embedded nats-server; its URL. On a
+        Kafka bus, nothing is started and the URL is empty (the Kafka servers are in
+        ``bus.kafka``)."""
+        if self.on_kafka:
+            self.url = ""
+            return ""
         url = self._cfg.bus.url if self._cfg is not None else None
         if url is None:
             store = self._cfg.nats_store_dir if self._cfg is not None else self.home / "nats"
@@ -164,7 +177,7 @@ class LocalStack:
         url = self.bus_url
         if self._cfg is None:
             data: dict[str, Any] = {"home": str(self.home), **self.settings}
-            data["bus"] = {"url": url, **dict(self.settings.get("bus", {}))}
+            data["bus"] = {"url": url or None, **dict(self.settings.get("bus", {}))}
             self.config_path = self.home / "config.yaml"
             self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
             # The children's secrets (object-store keys, a source password) reach this
@@ -174,9 +187,14 @@ class LocalStack:
         if self.config_path is not None:
             self.env = run_env(self.config_path, home, url)
         else:
-            self.env = {"TIDELAKE_HOME": str(home), "TIDELAKE_BUS__URL": url}
+            self.env = {"TIDELAKE_HOME": str(home)}
+            if url:
+                self.env["TIDELAKE_BUS__URL"] = url
         self.env.update(self.extra_env)
-        asyncio.run(provision(self._cfg.bus, url))
+        if self.on_kafka:
+            asyncio.run(kafka_bus.ensure_topics(self._cfg.bus))
+        else:
+            asyncio.run(provision(self._cfg.bus, url))
         if self.nats is not None:
             self.record = new_record(
                 self.home, url, monitor_url=self.nats.monitor_url, server_pid=self.nats.pid
@@ -275,7 +293,10 @@ class LocalStack:
             time.sleep(0.2)
 
     async def dlq_depth(self) -> int:
-        """Messages in the dead-letter stream."""
+        """Messages in the dead-letter stream (or topic)."""
+        if self.on_kafka:
+            state = await kafka_bus.topic_state(self.cfg.bus, self.cfg.bus.kafka.dlq_topic)
+            return state.end_offset - state.first_offset
         nc = await connect(self.cfg.bus, self.bus_url)
         try:
             info = await nc.jetstream().stream_info(self.cfg.bus.dlq.name)

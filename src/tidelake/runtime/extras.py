@@ -9,7 +9,8 @@ parts are extras (pyproject.toml ``[project.optional-dependencies]``):
 - ``capture``: tidelake's own MySQL/MariaDB binlog and PostgreSQL pgoutput capture;
 - ``s3``: staging on S3-compatible object storage (boto3);
 - ``trino``: Trino's client, for ``demo --trino`` (pipeline/trino.py);
-- ``kafka``: Kafka's client, for ``capture kafka`` and ``demo --kafka`` (docs/kafka.md).
+- ``kafka``: Kafka's client, for ``capture kafka``, ``demo --kafka`` and a Kafka bus
+  (``bus.kind: kafka``; docs/kafka.md).
 
 ``cli.main`` asks :func:`check_command` before a verb runs, so a verb that needs an extra
 fails at once with the ``pip install`` line, and maps a ``ModuleNotFoundError`` raised later
@@ -58,6 +59,7 @@ OPTION_EXTRAS: dict[tuple[str, str], tuple[frozenset[str] | None, tuple[str, ...
     ("demo", "--object-store"): (None, ("s3",)),
     ("demo", "--trino"): (None, ("trino",)),
     ("demo", "--kafka"): (None, ("kafka",)),
+    ("demo", "--bus"): (frozenset({"kafka"}), ("kafka",)),
     ("chaos", "--source"): (frozenset({"mariadb", "debezium"}), ("capture",)),
     ("chaos", "--stage-store"): (frozenset({"s3"}), ("s3",)),
 }
@@ -94,7 +96,7 @@ def extra_for_module(module: str | None) -> str | None:
     if not module:
         return None
     top = module.split(".", 1)[0]
-    for extra in ("spark", "capture", "s3"):
+    for extra in ("spark", "capture", "s3", "kafka"):
         if top in EXTRA_MODULES[extra]:
             return extra
     return None

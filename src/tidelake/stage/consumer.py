@@ -77,17 +77,14 @@ from nats.js import api
 from tidelake.bus import dlq
 from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
-from tidelake.errors import BusError, DecodeError, is_retryable
-from tidelake.formats import Decoded
-from tidelake.formats.positions import check_positions
+from tidelake.errors import BusError, is_retryable
 from tidelake.retry import backoff_s
 from tidelake.runtime.live_metrics import STAGER_FLUSH_SECONDS, watch_stager
 from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import LocalStorage, Storage, open_storage
-from tidelake.stage.admission import TableAdmission
 from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
+from tidelake.stage.intake import DecodeFn, Intake
 from tidelake.stage.manifest import Manifest
-from tidelake.stage.pii import PiiMasker
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -96,9 +93,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-#: ``decode(payload, *, seq=...)``: the wire-format entry point (``tidelake.formats.decode``).
-DecodeFn = Callable[..., Decoded]
 
 #: The message key (Kafka key of a Debezium producer), handed to the decoder.
 KEY_HEADER = "Tidelake-Key"
@@ -147,6 +141,8 @@ class StagerStats:
     bus_failures: int = 0
     #: Messages handed back (nak) to the stream for another stager to stage in order.
     given_back: int = 0
+    #: Times a Kafka bus's group gave this stager the CDC topic's partition.
+    rebalances: int = 0
     #: The storage or bus error being retried now, for the heartbeat (empty once it succeeds).
     last_error: str = ""
 
@@ -158,13 +154,6 @@ class StagerStats:
         self.skipped += manifest.skipped
         self.rows_by_table.update({t.table_id: t.events for t in manifest.tables})
         self.last_seq = max(self.last_seq, manifest.seq_last)
-
-
-def _default_decoder() -> DecodeFn:
-    from tidelake import formats
-
-    fn: DecodeFn = formats.decode
-    return fn
 
 
 class Stager:
@@ -185,9 +174,7 @@ class Stager:
         self.stage = stage
         self.storage = storage
         self.limits = BatchLimits.from_config(stage)
-        self.decode = decode or _default_decoder()
-        self.pii = PiiMasker.from_config(stage)
-        self.admission = TableAdmission(stage.tables, storage)
+        self.intake = Intake(stage, storage, decode)
         self.stats = StagerStats()
         self._stop = asyncio.Event()
         #: The previous batch, being written and acked while the next one fills; and
@@ -703,28 +690,15 @@ class Stager:
         if deliveries > 1:
             self.stats.redelivered += 1
         key = msg.headers.get(KEY_HEADER) if msg.headers else None
-        try:
-            decoded = self.decode(
-                msg.data, seq=seq, key_json=key.encode() if key else None, subject=msg.subject
-            )
-            # A position its producer cannot emit would move the table's watermark past
-            # every later real event (formats/positions.py): refused before staging.
-            check_positions(decoded, arrived_ms=arrival_ms(msg))
-            # Personal data is masked before anything is written (stage/pii.py).
-            events = self.pii.apply(decoded.events) if self.pii else decoded.events
-        except DecodeError as exc:
-            return exc.reason
-        except Exception as exc:  # a decoder bug: isolate the message, do not crash-loop
-            log.exception("decoder failed unexpectedly", seq=seq, subject=msg.subject)
-            return f"decoder_error: {type(exc).__name__}: {exc}"
-        refused = self.admission.refusal(events)  # names and table limits (stage/admission.py)
-        if refused is not None:
-            return refused
-        if events:
-            batch.add_events(msg, seq, len(msg.data), events)
-        else:
-            batch.add_skipped(msg, seq, len(msg.data), decoded.skipped or "empty")
-        return None
+        return self.intake.take(
+            batch,
+            msg,
+            seq=seq,
+            data=msg.data,
+            key=key.encode() if key else None,
+            subject=msg.subject,
+            arrived_ms=arrival_ms(msg),
+        )
 
     async def _dead_letter(self, batch: Batch[Msg], msg: Msg, reason: str) -> None:
         """Publish a copy to the DLQ stream, wait for its PubAck (durable before the ack),
@@ -911,7 +885,12 @@ def _noop() -> None:
 
 
 async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:
-    """``tidelake stage``: connect, provision streams and consumer, stage until signalled."""
+    """``tidelake stage``: connect, provision streams and consumer, stage until signalled.
+    On a Kafka bus (``bus.kind: kafka``), the Kafka stager (``stage/kafka_consumer.py``)."""
+    if cfg.bus.kind == "kafka":
+        from tidelake.stage.kafka_consumer import run_kafka_stager
+
+        return await run_kafka_stager(cfg, once=once)
     from tidelake.bus.connection import connect
     from tidelake.bus.provision import ensure_consumer, ensure_streams
     from tidelake.runtime.heartbeat import Heartbeat, scalar_fields
