@@ -1,4 +1,8 @@
-"""`tidelake demo --with-ddl` end to end: schema changes mid-stream, rows and schemas verified."""
+"""`tidelake demo --with-ddl` end to end: schema changes mid-stream, rows and schemas verified.
+
+The long form (`make e2e`): in `make test` the same DDL demo runs twice with more on top,
+through Trino (tests/e2e/test_demo_trino.py, copy-on-write) and with Kafka as the bus
+(tests/e2e/test_demo_kafka.py); this one checks every table the DDL steps leave, by name."""
 
 import subprocess
 import sys
@@ -7,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.long]
 
 
 def test_demo_with_ddl_ends_with_the_sources_rows_and_schemas(tmp_path: Path) -> None:

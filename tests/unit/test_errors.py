@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 
+import aiokafka.errors
 import botocore.exceptions
 import nats.errors
 import nats.js.errors
@@ -157,6 +158,15 @@ TABLE: list[tuple[str, Callable[[], BaseException], Decision]] = [
     # unknown: a bug
     ("RuntimeError", lambda: RuntimeError("bug"), "unknown"),
     ("KeyError", lambda: KeyError("k"), "unknown"),
+    # Kafka's client marks its errors retriable or not (its timeout is retriable all the same)
+    ("aiokafka KafkaConnectionError", lambda: aiokafka.errors.KafkaConnectionError(), "transient"),
+    ("aiokafka KafkaTimeoutError", aiokafka.errors.KafkaTimeoutError, "transient"),
+    ("aiokafka NotLeaderForPartition", aiokafka.errors.NotLeaderForPartitionError, "transient"),
+    (
+        "aiokafka TopicAuthorizationFailed",
+        aiokafka.errors.TopicAuthorizationFailedError,
+        "terminal",
+    ),
     # a cause decides what its wrapper does not
     (
         "RuntimeError from ConnectionResetError",

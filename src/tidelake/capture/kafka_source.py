@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from tidelake.capture.bus_publisher import open_publisher
 from tidelake.capture.kafka_merge import KafkaMessage, TopicMerge
-from tidelake.capture.publisher import Acked, open_publisher
+from tidelake.capture.publisher import Acked
 from tidelake.config import Config, KafkaSourceConfig
 from tidelake.errors import ConfigError
 
@@ -116,7 +117,7 @@ class KafkaSource:
         self._merges: dict[str, TopicMerge] = {}
         self._stop = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
-        self._publisher: Any = None  # capture/publisher.py open_publisher: either bus
+        self._publisher: Any = None  # capture/bus_publisher.py: either bus
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -342,15 +342,3 @@ class Publisher:
         self._acks_on = None
         with contextlib.suppress(Exception):
             await nc.close()
-
-
-async def open_publisher(bus: BusConfig, url: str | None = None, **kwargs: Any) -> Any:
-    """The publisher of the configured bus: :class:`Publisher` on JetStream, or on a Kafka
-    bus (``bus.kind: kafka``) :class:`tidelake.capture.kafka_publisher.KafkaPublisher`; the
-    same calls either way."""
-    if bus.kind == "kafka":
-        from tidelake.capture.kafka_publisher import KafkaPublisher
-
-        kwargs.pop("give_up_s", None)
-        return await KafkaPublisher.open(bus, **kwargs)
-    return await Publisher.open(bus, url, **kwargs)

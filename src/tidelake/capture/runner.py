@@ -28,10 +28,10 @@ import structlog
 
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_streams
+from tidelake.capture.bus_publisher import open_publisher
 from tidelake.capture.canal import Item, Outgoing, Resume
 from tidelake.capture.lag import IDLE_WITHIN_S, LagProbe, lag_seconds
 from tidelake.capture.position import PositionStore
-from tidelake.capture.publisher import open_publisher
 from tidelake.config import Config
 from tidelake.errors import Terminal, TidelakeError, Transient
 from tidelake.runtime import live_metrics as live

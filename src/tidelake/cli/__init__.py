@@ -124,7 +124,7 @@ def _load(path: Path | None, *, find_bus: bool = True) -> Config:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
     _configure_logging(cfg.log_level, cfg.log_format)
-    if find_bus and not cfg.bus.url:
+    if find_bus and not cfg.bus.url and cfg.bus.kind == "nats":
         from tidelake.bus.discovery import find_bus as lookup_bus
         from tidelake.bus.discovery import use_bus
 
@@ -313,7 +313,8 @@ def stage(
         bool, typer.Option("--once", help="stage what is pending, then exit (for tests, cron)")
     ] = False,
 ) -> None:
-    """Stage CDC messages from JetStream into batch files + manifests until SIGTERM/SIGINT."""
+    """Stage CDC messages from JetStream (or, bus.kind kafka, the Kafka CDC topic) into batch
+    files + manifests until SIGTERM/SIGINT."""
     import asyncio
 
     from tidelake.errors import BusError
@@ -325,7 +326,7 @@ def stage(
 
     try:
         with contextlib.ExitStack() as owned:
-            if not cfg.bus.url:
+            if not cfg.bus.url and cfg.bus.kind == "nats":
                 # No bus.url and no live `tidelake run` recorded in the home: this stager
                 # starts the home's embedded bus itself, as `run` would, and records it.
                 bus = owned.enter_context(embedded_bus(cfg))
@@ -336,7 +337,12 @@ def stage(
                     soft_wrap=True,
                 )
             with _metrics_endpoint(cfg, "stager", stager_collectors()):
-                asyncio.run(run_stager(cfg, once=once))
+                if cfg.bus.kind == "kafka":
+                    from tidelake.stage.kafka_consumer import run_kafka_stager
+
+                    asyncio.run(run_kafka_stager(cfg, once=once))
+                else:
+                    asyncio.run(run_stager(cfg, once=once))
     except ConfigError as exc:
         err_console.print(f"[bold red]invalid configuration[/]\n{exc}")
         raise typer.Exit(2) from exc
@@ -560,15 +566,16 @@ def capture_lag(
 
 @capture_app.command("kafka")
 def capture_kafka(config: ConfigOption = None) -> None:
-    """Read the change topics TiCDC or Debezium write to Kafka (capture.kafka) into JetStream
-    until SIGTERM: in commitTs order across partitions for TiCDC, offsets committed only once
-    JetStream stored the messages (docs/kafka.md)."""
+    """Read the change topics TiCDC or Debezium write to Kafka (capture.kafka) into the bus
+    (JetStream, or the CDC topic of a Kafka bus) until SIGTERM: in commitTs order across
+    partitions for TiCDC, offsets committed only once the bus stored the messages
+    (docs/kafka.md)."""
     from tidelake.capture.kafka_merge import KafkaOrderError
     from tidelake.capture.kafka_source import run_kafka_source
     from tidelake.errors import TidelakeError
 
     cfg = _load(config)
-    if not cfg.bus.url:
+    if not cfg.bus.url and cfg.bus.kind == "nats":
         from tidelake.bus.discovery import no_bus_message
 
         err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
@@ -582,7 +589,7 @@ def capture_kafka(config: ConfigOption = None) -> None:
         err_console.print(f"[bold red]capture kafka failed[/] {exc}")
         raise typer.Exit(1) from exc
     err_console.print(
-        f"capture kafka: {stats.consumed} messages read, {stats.published} stored in JetStream "
+        f"capture kafka: {stats.consumed} messages read, {stats.published} stored in the bus "
         f"({stats.duplicates} duplicates), {stats.replays_dropped} TiCDC replays dropped, "
         f"{stats.rebalances} assignments"
     )
@@ -597,7 +604,8 @@ def capture(
         list[str] | None, typer.Option(help="db.table or db.* to capture (repeatable)")
     ] = None,
 ) -> None:
-    """Capture MySQL/MariaDB binlog or PostgreSQL pgoutput changes into JetStream until SIGTERM."""
+    """Capture MySQL/MariaDB binlog or PostgreSQL pgoutput changes into the bus (JetStream, or
+    the Kafka CDC topic) until SIGTERM."""
     if ctx.invoked_subcommand is not None:
         return
     from tidelake.capture.runner import run_capture
@@ -612,7 +620,7 @@ def capture(
         update["tables"] = table
     if update:
         cfg = cfg.model_copy(update={"capture": cfg.capture.model_copy(update=update)})
-    if not cfg.bus.url:
+    if not cfg.bus.url and cfg.bus.kind == "nats":
         from tidelake.bus.discovery import no_bus_message
 
         err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)

@@ -886,11 +886,7 @@ def _noop() -> None:
 
 async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:
     """``tidelake stage``: connect, provision streams and consumer, stage until signalled.
-    On a Kafka bus (``bus.kind: kafka``), the Kafka stager (``stage/kafka_consumer.py``)."""
-    if cfg.bus.kind == "kafka":
-        from tidelake.stage.kafka_consumer import run_kafka_stager
-
-        return await run_kafka_stager(cfg, once=once)
+    (On a Kafka bus, ``stage/kafka_consumer.py`` ``run_kafka_stager`` instead.)"""
     from tidelake.bus.connection import connect
     from tidelake.bus.provision import ensure_consumer, ensure_streams
     from tidelake.runtime.heartbeat import Heartbeat, scalar_fields

@@ -40,6 +40,10 @@ aiokafka = pytest.importorskip("aiokafka")
 
 pytestmark = [
     pytest.mark.integration,
+    # `make e2e`: in `make test`, tests/e2e/test_demo_kafka.py runs `capture kafka` through a
+    # member kill, a rebalance and a broker restart to a lake compared row by row (Kafka as
+    # the bus), and tests/unit/capture/test_kafka_merge.py holds the merge's order rules.
+    pytest.mark.long,
     pytest.mark.skipif(
         not kafka.available(),
         reason="Kafka is installed by scripts/setup with TIDELAKE_SETUP_TESTS=1 (make test)",
