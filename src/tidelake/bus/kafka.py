@@ -25,6 +25,7 @@ acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,10 +108,15 @@ async def ensure_topics(bus: BusConfig) -> None:
             with contextlib.suppress(TopicAlreadyExistsError):  # made by another meanwhile
                 await admin.create_topics(new)
             log.info("kafka topics created", topics=[t.name for t in new])
-        described = await admin.describe_topics([k.topic])
+        # A topic just created may be described with no partitions until the controller's
+        # metadata reaches the broker: asked again for a while.
+        for _ in range(50):
+            partitions = _partition_count(await admin.describe_topics([k.topic]), k.topic)
+            if partitions:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
-    partitions = _partition_count(described, k.topic)
     if partitions != 1:
         raise BusError(
             f"Kafka topic {k.topic!r} has {partitions} partitions: the CDC topic must have one "
@@ -124,6 +130,13 @@ def _partition_count(described: Any, topic: str) -> int:
         if name == topic:
             return len(entry.get("partitions") or [])
     raise BusError(f"Kafka does not describe topic {topic!r}")
+
+
+async def _exists(consumer: Any, topic: str) -> bool:
+    """Whether Kafka has ``topic``, asked without naming it: a metadata request for one topic
+    makes a broker with ``auto.create.topics.enable`` (the default) create it, with the
+    broker's partition count, before :func:`ensure_topics` can make it with one."""
+    return topic in await consumer.topics()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +166,8 @@ async def topic_state(bus: BusConfig, topic: str | None = None) -> TopicState:
     )
     await consumer.start()
     try:
+        if not await _exists(consumer, tp.topic):
+            return TopicState(0, 0, None)
         first = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
         committed = await consumer.committed(tp) if topic in (None, k.topic) else None
@@ -179,6 +194,8 @@ async def rewind(
     )
     await consumer.start()
     try:
+        if not await _exists(consumer, tp.topic):
+            raise BusError(f"Kafka has no topic {tp.topic!r}")
         first = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
         if from_time_ms is not None:
@@ -231,6 +248,8 @@ async def read_records(
     await consumer.start()
     found: dict[int, tuple[str, bytes | None, bytes | None]] = {}
     try:
+        if not await _exists(consumer, name):
+            return found
         consumer.assign([tp])
         first = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
@@ -294,6 +313,8 @@ async def scan_topic(bus: BusConfig, topic: str | None = None) -> list[Record]:
     await consumer.start()
     out: list[Record] = []
     try:
+        if not await _exists(consumer, tp.topic):
+            return out
         consumer.assign([tp])
         first = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
@@ -324,6 +345,8 @@ async def record_time_ms(bus: BusConfig, seq: int) -> int | None:
     consumer = AIOKafkaConsumer(bootstrap_servers=k.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
     try:
+        if not await _exists(consumer, tp.topic):
+            return None
         consumer.assign([tp])
         consumer.seek(tp, offset_of(seq))
         got = await consumer.getmany(tp, timeout_ms=2_000, max_records=1)

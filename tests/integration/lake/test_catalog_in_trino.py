@@ -26,6 +26,9 @@ from tidelake.pipeline.trino import TrinoServer
 
 pytestmark = [
     pytest.mark.integration,
+    # `make e2e`: in `make test`, tests/e2e/test_demo_trino.py has the ingest keep the same
+    # metastore in sync through tables created, evolved and dropped, and reads them in Trino.
+    pytest.mark.long,
     pytest.mark.skipif(
         not (metastore.available() and trino.available()),
         reason="the Hive Metastore and Trino are installed by scripts/setup with "
