@@ -27,7 +27,7 @@ from tidelake.errors import ConfigError
 from tidelake.lake.catalog import register_databases, register_table
 from tidelake.lake.hudi import local_dir
 from tidelake.lake.ledger import Ledger
-from tidelake.lake.store import discover_tables
+from tidelake.lake.store import discover_tables, hoodie_properties, mark_archived_timeline
 from tidelake.runtime.jars import JAR_CACHE_ENV
 from tidelake.runtime.jars import jar_cache_dir as _jar_cache_dir
 
@@ -228,7 +228,11 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
 
 
 def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
-    """Register every Hudi table under ``lake_root``; returns their ``db.table`` names."""
+    """Register every Hudi table under ``lake_root``; returns their ``db.table`` names.
+
+    A table of version 8 or later also gets the marker that lets Trino read it before Hudi
+    first archives (``lake/store.py`` :func:`mark_archived_timeline`): tables made before
+    tidelake wrote it get it here, at the next session start, not only at their next DDL."""
     names = []
     for loc in discover_tables(spark, lake_root):
         try:
@@ -236,4 +240,10 @@ def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
             names.append(loc.table_id)
         except Exception as exc:  # a half-created table must not stop the session
             log.warning("table not registered", table=loc.table_id, error=str(exc))
+            continue
+        try:
+            if int(hoodie_properties(spark, loc.path).get("hoodie.table.version", 9)) >= 8:
+                mark_archived_timeline(spark, loc.path)
+        except Exception as exc:  # a read-only lake (a reader's session): readers go on
+            log.warning("archive marker not written", table=loc.table_id, error=str(exc)[:300])
     return names

@@ -94,3 +94,19 @@ def test_a_table_keeps_its_version_when_the_setting_changes(
     second.ingest()
     assert "6" == _properties(second)["hoodie.table.version"]
     assert {"1": ("paid",)} == second.state("shop.orders", "status")
+
+
+def test_a_table_made_before_the_marker_gets_it_when_a_session_starts(
+    lake_factory: Callable[..., Lake],
+) -> None:
+    """A version-9 table without the marker (written before tidelake made it) has it once a
+    session registers the lake's tables, not only at its next DDL."""
+    from tidelake.lake.spark import register_lake_tables
+
+    lake = lake_factory(TIDELAKE_LAKE__TABLE_VERSION="9")
+    lake.stage([event("insert", 1, 100, 1, values={"status": "new", "amount": "1.00"})])
+    lake.ingest()
+    marker = Path(lake.path()) / ARCHIVE_MARKER
+    marker.unlink()
+    assert "shop.orders" in register_lake_tables(lake.spark, str(lake.config.lake_root))
+    assert marker.is_file()

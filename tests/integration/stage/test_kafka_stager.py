@@ -8,6 +8,7 @@ real broker (Kafka 4.1.1, KRaft) with real stager processes:
 * undecodable messages land in the dead-letter topic with their reason and sequence;
 * records deleted by retention before they were staged stop the stager with an error naming
   them, instead of a silent skip;
+* ``tidelake status`` reads the topic, the group's offset and the dead-letter topic;
 * ``tidelake replay --from-seq`` moves the group back and the stager stages from there again.
 """
 
@@ -235,6 +236,22 @@ def test_replay_from_a_sequence_stages_from_there_again(kenv: KafkaStageEnv) -> 
     assert _exit_status(kenv.stager("first", once=True)) == 0
     before = kenv.staged()
     assert set(before.seq_counts) == set(range(1, 51))
+    status = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "status", "--json"],
+        env=kenv.env(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    bus = orjson.loads(status.stdout)["bus"]
+    assert (True, 50, 50, 0, 0) == (
+        bus["up"],
+        bus["stream"]["last_seq"],
+        bus["consumer"]["ack_floor_seq"],
+        bus["consumer"]["pending"],
+        bus["dlq"]["messages"],
+    ), bus
 
     out = subprocess.run(
         [sys.executable, "-m", "tidelake.cli", "replay", "--from-seq", "31", "--json"],
