@@ -41,7 +41,7 @@ class _Model(BaseModel):
 
 
 class TlsConfig(_Model):
-    """TLS towards an external NATS server; paths to PEM files."""
+    """TLS towards an external NATS server (or Kafka brokers); paths to PEM files."""
 
     ca_file: Path | None = Field(None, description="CA bundle that signs the server certificate")
     cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
@@ -118,6 +118,25 @@ class EmbeddedNatsConfig(_Model):
     store_dir: Path | None = Field(None, description="default: <home>/nats")
 
 
+class KafkaSaslConfig(_Model):
+    """SASL towards Kafka (with ``tls`` set: SASL_SSL, else SASL_PLAINTEXT). Secrets only
+    from the environment or files."""
+
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism the brokers enable"
+    )
+    username: str = Field(..., description="SASL user name")
+    password: SecretStr | None = Field(
+        None,
+        description="env TIDELAKE_BUS__KAFKA__SASL__PASSWORD (capture kafka: "
+        "TIDELAKE_CAPTURE__KAFKA__SASL__PASSWORD)",
+    )
+    password_file: Path | None = Field(None, description="file holding the SASL password")
+
+    def resolved_password(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
 class KafkaBusConfig(_Model):
     """``bus.kind: kafka``: the CDC log is one Kafka topic of one partition (docs/kafka.md)."""
 
@@ -143,6 +162,8 @@ class KafkaBusConfig(_Model):
     dlq_retention_ms: int = Field(
         30 * 24 * 3600 * 1000, description="how long the dead-letter topic keeps messages"
     )
+    tls: TlsConfig | None = Field(None, description="TLS towards the brokers; unset = plain")
+    sasl: KafkaSaslConfig | None = Field(None, description="SASL towards the brokers; unset = none")
 
 
 class BusConfig(_Model):
@@ -477,6 +498,8 @@ class KafkaSourceConfig(_Model):
     commit_interval_s: float = Field(
         1.0, gt=0, description="commit the stored offsets to Kafka at most this often"
     )
+    tls: TlsConfig | None = Field(None, description="TLS towards the brokers; unset = plain")
+    sasl: KafkaSaslConfig | None = Field(None, description="SASL towards the brokers; unset = none")
 
 
 class CaptureConfig(_Model):

@@ -36,7 +36,7 @@ import structlog
 from tidelake.errors import BusError, ConfigError
 
 if TYPE_CHECKING:
-    from tidelake.config import BusConfig, KafkaBusConfig
+    from tidelake.config import BusConfig, KafkaBusConfig, KafkaSourceConfig
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +53,29 @@ def settings(bus: BusConfig) -> KafkaBusConfig:
     if not bus.kafka.bootstrap_servers:
         raise ConfigError("bus.kind is kafka but bus.kafka.bootstrap_servers is not set")
     return bus.kafka
+
+
+def client_options(conn: KafkaBusConfig | KafkaSourceConfig) -> dict[str, Any]:
+    """The aiokafka client arguments that reach ``conn``'s brokers: ``bootstrap_servers``
+    and, when set, TLS (a context from its PEM files) and SASL (``security_protocol``
+    SASL_SSL, SASL_PLAINTEXT or SSL). Every Kafka client tidelake makes takes them."""
+    options: dict[str, Any] = {"bootstrap_servers": conn.bootstrap_servers}
+    if conn.tls is not None:
+        from aiokafka.helpers import create_ssl_context
+
+        options["ssl_context"] = create_ssl_context(
+            cafile=str(conn.tls.ca_file) if conn.tls.ca_file else None,
+            certfile=str(conn.tls.cert_file) if conn.tls.cert_file else None,
+            keyfile=str(conn.tls.key_file) if conn.tls.key_file else None,
+        )
+    if conn.sasl is not None:
+        options["security_protocol"] = "SASL_SSL" if conn.tls is not None else "SASL_PLAINTEXT"
+        options["sasl_mechanism"] = conn.sasl.mechanism
+        options["sasl_plain_username"] = conn.sasl.username
+        options["sasl_plain_password"] = conn.sasl.resolved_password()
+    elif conn.tls is not None:
+        options["security_protocol"] = "SSL"
+    return options
 
 
 def seq_of(offset: int) -> int:
@@ -83,7 +106,7 @@ async def ensure_topics(bus: BusConfig) -> None:
     from aiokafka.errors import TopicAlreadyExistsError
 
     k = settings(bus)
-    admin = AIOKafkaAdminClient(bootstrap_servers=k.bootstrap_servers)
+    admin = AIOKafkaAdminClient(**client_options(k))
     await admin.start()
     try:
         wanted = {
@@ -161,9 +184,7 @@ async def topic_state(bus: BusConfig, topic: str | None = None) -> TopicState:
 
     k = settings(bus)
     tp = TopicPartition(topic or k.topic, PARTITION)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=k.bootstrap_servers, group_id=k.group_id, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**client_options(k), group_id=k.group_id, enable_auto_commit=False)
     await consumer.start()
     try:
         if not await _exists(consumer, tp.topic):
@@ -189,9 +210,7 @@ async def rewind(
 
     k = settings(bus)
     tp = TopicPartition(k.topic, PARTITION)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=k.bootstrap_servers, group_id=k.group_id, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**client_options(k), group_id=k.group_id, enable_auto_commit=False)
     await consumer.start()
     try:
         if not await _exists(consumer, tp.topic):
@@ -244,7 +263,7 @@ async def read_records(
     k = settings(bus)
     name = topic or k.topic
     tp = TopicPartition(name, PARTITION)
-    consumer = AIOKafkaConsumer(bootstrap_servers=k.bootstrap_servers, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_options(k), enable_auto_commit=False)
     await consumer.start()
     found: dict[int, tuple[str, bytes | None, bytes | None]] = {}
     try:
@@ -274,9 +293,7 @@ async def produce_letters(bus: BusConfig, letters: Sequence[Letter]) -> None:
     from aiokafka import AIOKafkaProducer
 
     k = settings(bus)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=k.bootstrap_servers, acks="all", enable_idempotence=True
-    )
+    producer = AIOKafkaProducer(**client_options(k), acks="all", enable_idempotence=True)
     await producer.start()
     try:
         for letter in letters:
@@ -309,7 +326,7 @@ async def scan_topic(bus: BusConfig, topic: str | None = None) -> list[Record]:
 
     k = settings(bus)
     tp = TopicPartition(topic or k.topic, PARTITION)
-    consumer = AIOKafkaConsumer(bootstrap_servers=k.bootstrap_servers, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_options(k), enable_auto_commit=False)
     await consumer.start()
     out: list[Record] = []
     try:
@@ -342,7 +359,7 @@ async def record_time_ms(bus: BusConfig, seq: int) -> int | None:
 
     k = settings(bus)
     tp = TopicPartition(k.topic, PARTITION)
-    consumer = AIOKafkaConsumer(bootstrap_servers=k.bootstrap_servers, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_options(k), enable_auto_commit=False)
     await consumer.start()
     try:
         if not await _exists(consumer, tp.topic):

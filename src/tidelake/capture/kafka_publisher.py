@@ -66,7 +66,7 @@ class KafkaPublisher:
         k = kbus.settings(bus)
         await kbus.ensure_topics(bus)
         producer = AIOKafkaProducer(
-            bootstrap_servers=k.bootstrap_servers,
+            **kbus.client_options(k),
             acks="all",
             enable_idempotence=True,
             linger_ms=5,

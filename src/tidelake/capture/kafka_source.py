@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from tidelake.bus.kafka import client_options
 from tidelake.capture.bus_publisher import open_publisher
 from tidelake.capture.kafka_merge import KafkaMessage, TopicMerge
 from tidelake.capture.publisher import Acked
@@ -198,7 +199,7 @@ class KafkaSource:
 
         self._publisher = await open_publisher(self.cfg.bus, self.bus_url, on_acked=self._on_acked)
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.kcfg.bootstrap_servers,
+            **client_options(self.kcfg),
             group_id=self.kcfg.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import structlog
@@ -70,12 +71,21 @@ class KafkaBroker(ServedProcess):
     """One KRaft broker+controller as a child process with its data in ``workdir``."""
 
     def __init__(
-        self, workdir: Path, *, partitions: int = 3, startup_timeout_s: float = 90.0
+        self,
+        workdir: Path,
+        *,
+        partitions: int = 3,
+        startup_timeout_s: float = 90.0,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir.resolve()
         self.partitions = partitions
         self.startup_timeout_s = startup_timeout_s
+        #: With users: clients must authenticate (SASL PLAIN) on the port clients use; the
+        #: broker talks to itself on a plain port of its own.
+        self.sasl_users = dict(sasl_users or {})
         self._port: int | None = None
+        self._internal_port: int | None = None
         self._controller_port: int | None = None
         self._process: ChildProcess | None = None
 
@@ -94,16 +104,38 @@ class KafkaBroker(ServedProcess):
     def log_path(self) -> Path:
         return self.workdir / "kafka.log"
 
-    def server_properties(self) -> dict[str, str]:
+    def _listeners(self) -> dict[str, str]:
         port, controller = self.port, self._controller_port
+        if not self.sasl_users:
+            return {
+                "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            }
+        internal = self._internal_port
+        users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
+        return {
+            "listeners": f"INTERNAL://127.0.0.1:{internal},SASL_PLAINTEXT://127.0.0.1:{port},"
+            f"CONTROLLER://127.0.0.1:{controller}",
+            "advertised.listeners": f"INTERNAL://127.0.0.1:{internal},"
+            f"SASL_PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+            "CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+        }
+
+    def server_properties(self) -> dict[str, str]:
+        controller = self._controller_port
         return {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{controller}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            **self._listeners(),
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.workdir / "data"),
             "num.partitions": str(self.partitions),
             # One node: every internal topic has one replica.
@@ -160,6 +192,7 @@ class KafkaBroker(ServedProcess):
         conf.mkdir(parents=True, exist_ok=True)
         self._port = self._port or free_port()
         self._controller_port = self._controller_port or free_port()
+        self._internal_port = self._internal_port or free_port()
         properties = conf / "server.properties"
         properties.write_text("".join(f"{k}={v}\n" for k, v in self.server_properties().items()))
         (conf / "log4j2.properties").write_text(_LOG4J2)

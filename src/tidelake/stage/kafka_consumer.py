@@ -184,7 +184,7 @@ class KafkaStager:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.k.bootstrap_servers,
+            **kbus.client_options(self.k),
             group_id=self.k.group_id,
             enable_auto_commit=False,
             auto_offset_reset="none",
@@ -194,7 +194,7 @@ class KafkaStager:
             max_poll_interval_ms=30 * 60 * 1000,
         )
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.k.bootstrap_servers, acks="all", enable_idempotence=True
+            **kbus.client_options(self.k), acks="all", enable_idempotence=True
         )
         self._consumer, self._producer = consumer, producer
         consumer.subscribe([self.k.topic], listener=self._listener())

@@ -104,8 +104,15 @@ class KafkaStageEnv:
         env["TIDELAKE_CONFIG"] = str(self.config_path)
         return env
 
-    def stager(self, name: str, *, once: bool = False, crash_at: str | None = None) -> ChildProcess:
-        env = self.env()
+    def stager(
+        self,
+        name: str,
+        *,
+        once: bool = False,
+        crash_at: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> ChildProcess:
+        env = self.env() | (extra_env or {})
         if crash_at is not None:
             env["TEST_TIDELAKE_CRASH_AT"] = crash_at
         argv = tidelake_argv("stage", *(["--once"] if once else []))
@@ -267,3 +274,27 @@ def test_replay_from_a_sequence_stages_from_there_again(kenv: KafkaStageEnv) -> 
     assert _exit_status(kenv.stager("again", once=True)) == 0
     after = kenv.staged()
     assert {s for s, c in after.seq_counts.items() if c == 2} == set(range(31, 51))
+
+
+def test_a_broker_that_wants_sasl_gets_it_and_refuses_a_wrong_password(
+    tmp_path: Path,
+) -> None:
+    """``bus.kafka.sasl``: every client (topics, publisher, stager, status) authenticates; the
+    password comes from the environment, a wrong one stops the stager with Kafka's refusal,
+    and the password is written nowhere."""
+    secret = "s3cret-for-the-test"
+    with KafkaBroker(tmp_path / "kafka", sasl_users={"tidelake": secret}) as broker:
+        kenv = KafkaStageEnv(broker, tmp_path / "home", "sasl")
+        doc = yaml.safe_load(kenv.config_path.read_text())
+        doc["bus"]["kafka"]["sasl"] = {"mechanism": "PLAIN", "username": "tidelake"}
+        kenv.config_path.write_text(yaml.safe_dump(doc))
+        env = {"TIDELAKE_BUS__KAFKA__SASL__PASSWORD": secret}
+        kenv.cfg = load_config(kenv.config_path, environ=env)
+        kenv.publish(kenv.rows(0, 30))
+        assert 0 == _exit_status(kenv.stager("right", once=True, extra_env=env))
+        wrong = {"TIDELAKE_BUS__KAFKA__SASL__PASSWORD": "wrong"}
+        assert 0 != _exit_status(kenv.stager("wrong", once=True, extra_env=wrong))
+        assert set(kenv.staged().seq_counts) == set(range(1, 31))
+        assert "Authentication failed" in kenv.log("wrong") or "SASL" in kenv.log("wrong")
+        for name in ("right", "wrong"):
+            assert secret not in kenv.log(name)

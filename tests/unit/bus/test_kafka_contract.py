@@ -3,6 +3,8 @@ round trips, the settings it refuses, what counts as pending."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidelake.bus import kafka as kbus
@@ -53,3 +55,39 @@ def test_the_cdc_topic_must_have_one_partition() -> None:
     assert 2 == kbus._partition_count(described, "t")
     with pytest.raises(BusError, match="does not describe"):
         kbus._partition_count(described, "other")
+
+
+def test_client_options_carry_tls_and_sasl_and_read_the_password_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    from tidelake.config import load_config
+
+    plain = BusConfig(kind="kafka", kafka={"bootstrap_servers": "h:9092"})
+    assert {"bootstrap_servers": "h:9092"} == kbus.client_options(plain.kafka)
+
+    path = tmp_path / "tidelake.yaml"
+    path.write_text(
+        "bus:\n  kind: kafka\n  kafka:\n    bootstrap_servers: h:9093\n"
+        "    sasl: {mechanism: SCRAM-SHA-512, username: tl}\n"
+    )
+    cfg = load_config(path, environ={"TIDELAKE_BUS__KAFKA__SASL__PASSWORD": "pw"})
+    options = kbus.client_options(cfg.bus.kafka)
+    assert ("SASL_PLAINTEXT", "SCRAM-SHA-512", "tl", "pw") == (
+        options["security_protocol"],
+        options["sasl_mechanism"],
+        options["sasl_plain_username"],
+        options["sasl_plain_password"],
+    )
+    assert "pw" not in repr(cfg), "the password never shows in the config's text"
+
+
+def test_the_sasl_password_is_refused_in_the_config_file(tmp_path: Path) -> None:
+    from tidelake.config import load_config
+
+    path = tmp_path / "tidelake.yaml"
+    path.write_text(
+        "bus:\n  kind: kafka\n  kafka:\n    bootstrap_servers: h:9093\n"
+        "    sasl: {username: tl, password: pw}\n"
+    )
+    with pytest.raises(ConfigError, match="TIDELAKE_BUS__KAFKA__SASL__PASSWORD"):
+        load_config(path, environ={})
