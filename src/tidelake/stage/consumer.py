@@ -48,11 +48,8 @@ the storage works. Decoding failures, including a decoder bug raising something 
 :class:`DecodeError`, and implausible positions (:mod:`tidelake.formats.positions`) are
 dead-lettered on the first delivery with their own reason.
 
-Test-only hook: ``TEST_TIDELAKE_CRASH_AT=after_files`` (between the data files and the
-manifest) or ``after_manifest`` (between the manifest and the acks) makes the process
-``SIGKILL`` itself at exactly that point, the first time it gets there. The chaos tests use
-it; it must never be set in production. (Its name does not start with ``TIDELAKE_``: those
-variables are configuration overrides.)
+The counters, the stop request and the test-only crash hook ``TEST_TIDELAKE_CRASH_AT``
+(``after_files``, ``after_manifest``) are shared with the Kafka stager: ``stage/control.py``.
 """
 
 from __future__ import annotations
@@ -60,12 +57,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
-import signal
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import nats.errors
@@ -79,10 +72,11 @@ from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, is_retryable
 from tidelake.retry import backoff_s
-from tidelake.runtime.live_metrics import STAGER_FLUSH_SECONDS, watch_stager
+from tidelake.runtime.live_metrics import watch_stager
 from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import LocalStorage, Storage, open_storage
-from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
+from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
+from tidelake.stage.control import StagerControl, StagerStats
 from tidelake.stage.intake import DecodeFn, Intake
 from tidelake.stage.manifest import Manifest
 
@@ -96,9 +90,6 @@ T = TypeVar("T")
 
 #: The message key (Kafka key of a Debezium producer), handed to the decoder.
 KEY_HEADER = "Tidelake-Key"
-
-CRASH_HOOK_ENV = "TEST_TIDELAKE_CRASH_AT"
-CRASH_POINTS = frozenset({"after_files", "after_manifest"})
 
 #: Seconds a fetch waits when the batch is empty (bounds how fast a stop request is seen).
 IDLE_FETCH_S = 1.0
@@ -122,41 +113,7 @@ MAX_BUS_WAIT_S = 10.0
 MAX_YIELD_PAUSE_S = 10.0
 
 
-@dataclass
-class StagerStats:
-    """Counters of one stager process (exposed as Prometheus metrics by the API)."""
-
-    received: int = 0
-    staged: int = 0
-    dead_lettered: int = 0
-    skipped: int = 0
-    batches: int = 0
-    redelivered: int = 0
-    rows_by_table: Counter[str] = field(default_factory=Counter)
-    dead_lettered_by_reason: Counter[str] = field(default_factory=Counter)
-    last_seq: int = 0
-    #: Failed attempts to write to staging storage (each retried, none acked).
-    storage_failures: int = 0
-    #: Failed requests to the bus (NATS unreachable), each retried; none acks anything.
-    bus_failures: int = 0
-    #: Messages handed back (nak) to the stream for another stager to stage in order.
-    given_back: int = 0
-    #: Times a Kafka bus's group gave this stager the CDC topic's partition.
-    rebalances: int = 0
-    #: The storage or bus error being retried now, for the heartbeat (empty once it succeeds).
-    last_error: str = ""
-
-    def add_batch(self, batch: Batch[Msg], manifest: Manifest) -> None:
-        self.batches += 1
-        self.received += manifest.received
-        self.staged += manifest.staged
-        self.dead_lettered += manifest.dead_lettered
-        self.skipped += manifest.skipped
-        self.rows_by_table.update({t.table_id: t.events for t in manifest.tables})
-        self.last_seq = max(self.last_seq, manifest.seq_last)
-
-
-class Stager:
+class Stager(StagerControl):
     """Pull, decode, batch, flush, ack; until :meth:`stop` (or drained, with ``once``)."""
 
     def __init__(
@@ -168,6 +125,7 @@ class Stager:
         *,
         decode: DecodeFn | None = None,
     ) -> None:
+        super().__init__()
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.bus = bus
@@ -175,8 +133,6 @@ class Stager:
         self.storage = storage
         self.limits = BatchLimits.from_config(stage)
         self.intake = Intake(stage, storage, decode)
-        self.stats = StagerStats()
-        self._stop = asyncio.Event()
         #: The previous batch, being written and acked while the next one fills; and
         #: redeliveries of its messages that came while the next batch was still empty.
         self._flushing: asyncio.Task[Manifest] | None = None
@@ -195,26 +151,6 @@ class Stager:
         self._yield_streak = 0
         #: Failed bus requests in a row (their back-off), while the bus is unreachable.
         self._bus_attempt = 0
-        self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
-        if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
-            raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
-
-    # -- control ----------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Stop fetching; the current batch is finished (flushed and acked) before exit."""
-        if not self._stop.is_set():
-            log.info("stager stopping: finishing the current batch")
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -278,14 +214,7 @@ class Stager:
                 if not task.cancelled() and task.exception() is not None:
                     log.error("batch not staged", error=repr(task.exception()))
             await puller.stop()
-        log.info(
-            "stager stopped",
-            received=self.stats.received,
-            staged=self.stats.staged,
-            dead_lettered=self.stats.dead_lettered,
-            skipped=self.stats.skipped,
-            batches=self.stats.batches,
-        )
+        self._log_stopped()
         return self.stats
 
     # -- overlap ----------------------------------------------------------------------------
@@ -759,48 +688,23 @@ class Stager:
             # Not fatal (the bus may be down): an ack that never arrived means one more
             # delivery, acked unstaged as at or below our flushed floor, or staged again.
             log.warning("acks not confirmed by a flush", error=repr(exc))
-        self.stats.add_batch(batch, manifest)
-        STAGER_FLUSH_SECONDS.observe(time.monotonic() - started)
-        log.info(
-            "batch staged",
-            batch_id=manifest.batch_id,
-            seq_first=manifest.seq_first,
-            seq_last=manifest.seq_last,
-            received=manifest.received,
-            staged=manifest.staged,
-            dead_lettered=manifest.dead_lettered,
-            skipped=manifest.skipped,
-            tables=len(manifest.tables),
-            ddl=len(manifest.ddl),
-            seconds=round(time.monotonic() - started, 3),
-        )
+        self._staged(batch, manifest, started)
         return manifest
 
     async def _flush(self, batch: Batch[Msg]) -> Manifest:
         """Files, then manifest; a transient storage failure (disk full, object store down)
         is retried with back-off under the same batch id, the messages kept (module
         docstring), until it succeeds or the stager is stopped."""
-        batch_id = new_batch_id()
-        attempt = 0
-        while True:
-            try:
-                manifest = await asyncio.to_thread(
-                    batch.flush,
-                    self.storage,
-                    batch_id=batch_id,
-                    after_files=self._hook("after_files"),
-                )
-            except Exception as exc:
-                if not is_retryable(exc) or self.stopping:
-                    raise
-                self._stalled.set()
-                attempt += 1
-                late = [*batch.extra_acks, *self._late_acks]
-                await self._pause_for(exc, attempt, f"batch {batch_id}", [*batch.messages, *late])
-                continue
-            self._ok()
-            self._stalled.clear()
-            return manifest
+
+        async def hold(exc: BaseException, attempt: int, what: str) -> None:
+            self._stalled.set()
+            late = [*batch.extra_acks, *self._late_acks]
+            await self._pause_for(exc, attempt, what, [*batch.messages, *late])
+
+        manifest = await self._write(batch, self.storage, hold)
+        self._ok()
+        self._stalled.clear()
+        return manifest
 
     async def _forget_suspects(self, manifest: Manifest) -> None:
         """The suspects this durable batch holds are cleared (their records removed)."""
@@ -811,17 +715,6 @@ class Stager:
                 await asyncio.to_thread(self.storage.delete, suspect_path(seq))
             except Exception as exc:  # a leftover record only costs one try later
                 log.warning("suspect record not removed", seq=seq, error=repr(exc)[:300])
-
-    def _hook(self, point: str) -> Callable[[], None]:
-        """The test-only crash hook (see the module docstring); a no-op unless armed."""
-        if self._crash_at != point:
-            return _noop
-
-        def crash() -> None:
-            log.warning("test crash hook: SIGKILL", point=point)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        return crash
 
 
 def delivery_info(msg: Msg) -> tuple[int, int]:
@@ -878,10 +771,6 @@ async def _keep_alive(msgs: list[Msg]) -> None:
             await msg.in_progress()
         except Exception as exc:
             log.debug("in-progress not sent", error=repr(exc)[:200])
-
-
-def _noop() -> None:
-    return None
 
 
 async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None) -> StagerStats:

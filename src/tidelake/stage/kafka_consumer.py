@@ -36,15 +36,13 @@ Not here: JetStream's delivery count (Kafka has none), so there is no ``max_deli
 verdict; a message that makes the decoder raise is dead-lettered at once (``decoder_error``),
 and one that kills the process is read again by the next owner.
 
-Test-only hook, as in ``stage/consumer.py``: ``TEST_TIDELAKE_CRASH_AT=after_files`` or
+Test-only hook (``stage/control.py``): ``TEST_TIDELAKE_CRASH_AT=after_files`` or
 ``after_manifest`` kills the process at that point the first time it gets there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -56,18 +54,12 @@ from tidelake.bus import kafka as kbus
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, is_retryable
 from tidelake.retry import backoff_s
-from tidelake.runtime.live_metrics import STAGER_FLUSH_SECONDS, watch_stager
+from tidelake.runtime.live_metrics import watch_stager
 from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import LocalStorage, Storage, open_storage
-from tidelake.stage.batch import Batch, BatchLimits, new_batch_id, reason_bucket
-from tidelake.stage.consumer import (
-    CRASH_HOOK_ENV,
-    CRASH_POINTS,
-    IDLE_FETCH_S,
-    MAX_STALL_WAIT_S,
-    ONCE_FETCH_S,
-    StagerStats,
-)
+from tidelake.stage.batch import Batch, BatchLimits, reason_bucket
+from tidelake.stage.consumer import IDLE_FETCH_S, MAX_STALL_WAIT_S, ONCE_FETCH_S
+from tidelake.stage.control import StagerControl, StagerStats
 from tidelake.stage.intake import DecodeFn, Intake
 from tidelake.stage.manifest import Manifest
 
@@ -80,7 +72,7 @@ log = structlog.get_logger(__name__)
 DLQ_ATTEMPTS = 8
 
 
-class KafkaStager:
+class KafkaStager(StagerControl):
     """Poll, decode, batch, flush, commit; until :meth:`stop` (or drained, with ``once``)."""
 
     def __init__(
@@ -91,14 +83,13 @@ class KafkaStager:
         *,
         decode: DecodeFn | None = None,
     ) -> None:
+        super().__init__()
         self.bus = bus
         self.k = kbus.settings(bus)
         self.stage = stage
         self.storage = storage
         self.limits = BatchLimits.from_config(stage)
         self.intake = Intake(stage, storage, decode)
-        self.stats = StagerStats()
-        self._stop = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._tp: TopicPartition | None = None
@@ -106,25 +97,6 @@ class KafkaStager:
         self._revoked = False
         #: A check made at assignment failed (records expired unstaged): raised by the loop.
         self._fatal: BaseException | None = None
-        self._crash_at = os.environ.get(CRASH_HOOK_ENV) or None
-        if self._crash_at is not None and self._crash_at not in CRASH_POINTS:
-            raise ValueError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
-
-    # -- control ----------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        if not self._stop.is_set():
-            log.info("stager stopping: finishing the current batch")
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
 
     # -- the group ----------------------------------------------------------------------------
 
@@ -229,14 +201,7 @@ class KafkaStager:
         finally:
             await consumer.stop()
             await producer.stop()
-        log.info(
-            "stager stopped",
-            received=self.stats.received,
-            staged=self.stats.staged,
-            dead_lettered=self.stats.dead_lettered,
-            skipped=self.stats.skipped,
-            batches=self.stats.batches,
-        )
+        self._log_stopped()
         return self.stats
 
     async def _poll(self, timeout_s: float, max_records: int) -> dict[Any, list[Any]]:
@@ -371,46 +336,18 @@ class KafkaStager:
         """Files, then manifest (durable), then the group's offset; a new, empty batch."""
         started = time.monotonic()
         manifest = await self._flush(batch)
-        self._hook("after_manifest")
+        self._hook("after_manifest")()
         await self._commit(manifest.seq_last)
-        self.stats.add_batch(batch, manifest)  # type: ignore[arg-type]
-        STAGER_FLUSH_SECONDS.observe(time.monotonic() - started)
-        log.info(
-            "batch staged",
-            batch_id=manifest.batch_id,
-            seq_first=manifest.seq_first,
-            seq_last=manifest.seq_last,
-            received=manifest.received,
-            staged=manifest.staged,
-            dead_lettered=manifest.dead_lettered,
-            skipped=manifest.skipped,
-            tables=len(manifest.tables),
-            ddl=len(manifest.ddl),
-            seconds=round(time.monotonic() - started, 3),
-        )
+        self._staged(batch, manifest, started)
         return Batch(self.limits)
 
     async def _flush(self, batch: Batch[int]) -> Manifest:
-        batch_id = new_batch_id()
-        attempt = 0
-        while True:
-            try:
-                manifest = await asyncio.to_thread(
-                    batch.flush,
-                    self.storage,
-                    batch_id=batch_id,
-                    after_files=lambda: self._hook("after_files"),
-                )
-            except Exception as exc:
-                if not is_retryable(exc) or self.stopping:
-                    raise
-                attempt += 1
-                await self._pause(exc, attempt, f"batch {batch_id}")
-                continue
-            if attempt and self.stats.last_error:
-                log.info("staging storage writable again")
-                self.stats.last_error = ""
-            return manifest
+        """Files, then manifest, retried while staging storage fails (nothing committed)."""
+        manifest = await self._write(batch, self.storage, self._pause)
+        if self.stats.last_error:
+            log.info("staging storage writable again")
+            self.stats.last_error = ""
+        return manifest
 
     async def _commit(self, seq_last: int) -> None:
         """Commit the offset after ``seq_last`` (the offset of the next record to stage). A
@@ -445,11 +382,6 @@ class KafkaStager:
         while not self.stopping and time.monotonic() < deadline:
             beat()
             await asyncio.sleep(min(1.0, deadline - time.monotonic()))
-
-    def _hook(self, point: str) -> None:
-        if self._crash_at == point:
-            log.warning("test crash hook: SIGKILL", point=point)
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def run_kafka_stager(cfg: Config, *, once: bool = False) -> StagerStats:
