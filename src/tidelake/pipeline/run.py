@@ -51,7 +51,13 @@ def dashboard_url(cfg: Config) -> str:
 def where_lines(stack: LocalStack, *, serve: bool) -> list[str]:
     """What ``run`` prints once its bus is up: the bus, its record, the dashboard."""
     cfg = stack.cfg
-    lines = [f"bus        {stack.bus_url}"]
+    if stack.on_kafka:
+        k = cfg.bus.kafka
+        lines = [
+            f"bus        kafka {k.bootstrap_servers} topic {k.topic} (dead letters {k.dlq_topic})"
+        ]
+    else:
+        lines = [f"bus        {stack.bus_url}"]
     if stack.nats is not None:
         lines.append(f"monitor    {stack.nats.monitor_url}")
         lines.append(
