@@ -22,7 +22,8 @@ from nats.aio.msg import Msg
 from tidelake.config import load_config
 from tidelake.runtime.storage import open_storage
 from tidelake.stage.batch import Batch
-from tidelake.stage.consumer import Stager, StagerStats
+from tidelake.stage.consumer import Stager
+from tidelake.stage.control import StagerStats
 from tidelake.stage.manifest import Manifest
 from tidelake_bench.memory import status_kib
 

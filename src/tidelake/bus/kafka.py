@@ -78,6 +78,34 @@ def client_options(conn: KafkaBusConfig | KafkaSourceConfig) -> dict[str, Any]:
     return options
 
 
+async def check_credentials(conn: KafkaBusConfig | KafkaSourceConfig) -> None:
+    """With ``sasl`` set: open one connection to a bootstrap server, so that Kafka refusing
+    the credentials (or the mechanism) stops the caller with that reason as a
+    :class:`ConfigError`. aiokafka's own bootstrap reports it only as "Unable to bootstrap",
+    which a caller would wait out as an outage, forever. A server that cannot be reached is
+    left to the caller's retries."""
+    if conn.sasl is None or not conn.bootstrap_servers:
+        return
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismError
+
+    options = client_options(conn)
+    del options["bootstrap_servers"]
+    for server in conn.bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            opened = await create_conn(host, int(port), **options)
+        except (SaslAuthenticationFailed, UnsupportedSaslMechanismError) as exc:
+            raise ConfigError(
+                f"Kafka at {server.strip()} refused the SASL credentials of user "
+                f"{conn.sasl.username!r} ({conn.sasl.mechanism}): {exc}"
+            ) from exc
+        except Exception:  # unreachable: the next server, or the caller's retries
+            continue
+        opened.close()
+        return
+
+
 def seq_of(offset: int) -> int:
     """The stream sequence of the record at ``offset`` (sequences start at 1, offsets at 0)."""
     return offset + 1
@@ -106,6 +134,7 @@ async def ensure_topics(bus: BusConfig) -> None:
     from aiokafka.errors import TopicAlreadyExistsError
 
     k = settings(bus)
+    await check_credentials(k)
     admin = AIOKafkaAdminClient(**client_options(k))
     await admin.start()
     try:

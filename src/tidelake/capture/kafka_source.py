@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tidelake.bus.kafka import client_options
+from tidelake.bus.kafka import check_credentials, client_options
 from tidelake.capture.bus_publisher import open_publisher
 from tidelake.capture.kafka_merge import KafkaMessage, TopicMerge
 from tidelake.capture.publisher import Acked
@@ -197,6 +197,7 @@ class KafkaSource:
     async def run(self) -> KafkaSourceStats:
         from aiokafka import AIOKafkaConsumer
 
+        await check_credentials(self.kcfg)
         self._publisher = await open_publisher(self.cfg.bus, self.bus_url, on_acked=self._on_acked)
         consumer = AIOKafkaConsumer(
             **client_options(self.kcfg),

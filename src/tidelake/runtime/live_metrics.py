@@ -7,7 +7,7 @@ never collide with the ``tidelake_stage_*`` / ``tidelake_ingest_*`` families tha
 ``tidelake serve`` derives from the durable record (manifests, ``commits.jsonl``), which
 survive restarts and cover every process of the pipeline. docs/metrics.md lists both.
 
-The stager already keeps its counters in :class:`~tidelake.stage.consumer.StagerStats`; a
+The stager already keeps its counters in :class:`~tidelake.stage.control.StagerStats`; a
 collector reads them at scrape time (nothing added to its hot loop). The ingest and the
 capture count through the prometheus_client objects below. Each process registers only its
 own family (:func:`stager_collectors`, :func:`ingester_collectors`,
@@ -55,7 +55,7 @@ def reason_family(name: str, doc: str, by_reason: Mapping[str, int]) -> CounterM
 
 
 class StagerStats(Protocol):
-    """What :class:`tidelake.stage.consumer.StagerStats` holds (a protocol: the runtime
+    """What :class:`tidelake.stage.control.StagerStats` holds (a protocol: the runtime
     imports no stage)."""
 
     received: int

@@ -8,7 +8,8 @@ import pytest
 from stagekit import StageEnv, canal_json, run
 
 from tidelake.runtime.storage import LocalStorage
-from tidelake.stage.consumer import Stager, StagerStats
+from tidelake.stage.consumer import Stager
+from tidelake.stage.control import StagerStats
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from tidelake.runtime.live_metrics import (
     snake_label,
     stager_collectors,
 )
-from tidelake.stage.consumer import StagerStats
+from tidelake.stage.control import StagerStats
 
 
 def _names(collectors: list[Collector]) -> set[str]:
