@@ -162,6 +162,13 @@ class KafkaBusConfig(_Model):
     dlq_retention_ms: int = Field(
         30 * 24 * 3600 * 1000, description="how long the dead-letter topic keeps messages"
     )
+    duplicate_window_s: float = Field(
+        120,
+        gt=0,
+        description="a message carrying a Tidelake-Msg-Id stored this long or less after "
+        "another with that id is a republished copy: skipped and counted (JetStream's "
+        "Nats-Msg-Id window)",
+    )
     tls: TlsConfig | None = Field(None, description="TLS towards the brokers; unset = plain")
     sasl: KafkaSaslConfig | None = Field(None, description="SASL towards the brokers; unset = none")
 

@@ -404,3 +404,47 @@ async def record_time_ms(bus: BusConfig, seq: int) -> int | None:
         return None
     finally:
         await consumer.stop()
+
+
+async def message_ids_before(
+    bus: BusConfig, end_offset: int, window_ms: int
+) -> list[tuple[str, int, int]]:
+    """``(Tidelake-Msg-Id, timestamp ms, sequence)`` of the CDC topic's records stored in the
+    ``window_ms`` before the record at ``end_offset`` (before now when the topic ends there),
+    up to ``end_offset``: what a stager starting at ``end_offset`` needs to know to recognise
+    a republished copy of them."""
+    import time
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    k = settings(bus)
+    tp = TopicPartition(k.topic, PARTITION)
+    consumer = AIOKafkaConsumer(**client_options(k), enable_auto_commit=False)
+    await consumer.start()
+    out: list[tuple[str, int, int]] = []
+    try:
+        if not await _exists(consumer, tp.topic):
+            return out
+        consumer.assign([tp])
+        first = (await consumer.beginning_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp]
+        end_offset = min(end_offset, end)
+        if end_offset <= first:
+            return out
+        reference = time.time_ns() // 1_000_000
+        if end_offset < end:
+            consumer.seek(tp, end_offset)
+            got = await consumer.getmany(tp, timeout_ms=5_000, max_records=1)
+            reference = next((int(r.timestamp) for r in got.get(tp, [])), reference)
+        found = (await consumer.offsets_for_times({tp: reference - window_ms}))[tp]
+        start = max(first, min(found.offset if found is not None else end_offset, end_offset))
+        consumer.seek(tp, start)
+        while await consumer.position(tp) < end_offset:
+            got = await consumer.getmany(tp, timeout_ms=2_000, max_records=5_000)
+            for record in got.get(tp, []):
+                msg_id = headers_dict(record.headers).get(MSG_ID_HEADER)
+                if record.offset < end_offset and msg_id:
+                    out.append((msg_id, int(record.timestamp), seq_of(record.offset)))
+    finally:
+        await consumer.stop()
+    return out

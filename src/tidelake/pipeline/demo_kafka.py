@@ -74,7 +74,8 @@ async def _produce(
             while acked < len(records):
                 lot = records[acked : acked + IN_FLIGHT]
                 futures = [await producer.send(TOPIC, r.value, partition=r.partition) for r in lot]
-                await asyncio.gather(*futures)
+                # Bounded: sends caught by a broker kill are made again by a new producer.
+                await asyncio.wait_for(asyncio.gather(*futures), 60)
                 acked += len(lot)
                 on_sent(acked)
                 ahead = acked / rate - (time.monotonic() - started)
@@ -147,8 +148,19 @@ def _move_partition(stack: LocalStack, timeout_s: float = 90.0) -> str:
     while not _stager_holds(stack, other) and time.monotonic() < deadline:
         time.sleep(0.2)
     outcome = "moved" if _stager_holds(stack, other) else "did not move"
+    started = _log_text(child).count("kafka stager started")
     child.start()
+    # Back in the group before the next fault (a broker kill while it joins is another test).
+    while _log_text(child).count("kafka stager started") <= started:
+        if time.monotonic() > deadline + 60:
+            break
+        time.sleep(0.2)
     return f"{holder} killed -9; the CDC partition {outcome} to {other}"
+
+
+def _log_text(child: Any) -> str:
+    path = child.log_path
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 async def _stored_in_kafka(cfg: Config, want: int, timeout_s: float) -> Published:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,8 @@ log = structlog.get_logger(__name__)
 
 #: Attempts to produce one dead letter before the batch is given up (read again later).
 DLQ_ATTEMPTS = 8
+#: Longest wait for one attempt to reach Kafka at start-up (creating the topics, joining).
+UP_ATTEMPT_S = 60.0
 
 
 class KafkaStager(StagerControl):
@@ -97,6 +100,10 @@ class KafkaStager(StagerControl):
         self._revoked = False
         #: A check made at assignment failed (records expired unstaged): raised by the loop.
         self._fatal: BaseException | None = None
+        #: The duplicate window: Tidelake-Msg-Id -> (timestamp ms, sequence) of the first
+        #: record seen with it, and the ids in the order seen (to let them expire).
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._seen_order: deque[tuple[int, str]] = deque()
 
     # -- the group ----------------------------------------------------------------------------
 
@@ -141,6 +148,10 @@ class KafkaStager(StagerControl):
             await self._consumer.commit({tp: OffsetAndMetadata(first, "")})
             self._consumer.seek(tp, first)
             return
+        if committed > first:
+            window_ms = int(self.k.duplicate_window_s * 1000)
+            for msg_id, ts, seq in await kbus.message_ids_before(self.bus, committed, window_ms):
+                self._copy_of(msg_id, ts, seq)
         if committed < first:
             raise BusError(
                 f"sequences {kbus.seq_of(committed)}..{kbus.seq_of(first - 1)} of Kafka topic "
@@ -170,8 +181,14 @@ class KafkaStager(StagerControl):
         )
         self._consumer, self._producer = consumer, producer
         consumer.subscribe([self.k.topic], listener=self._listener())
-        await self.until_up("start the dead-letter producer", producer.start)
-        await self.until_up("join the stagers' group", consumer.start)
+        await self.until_up(
+            "start the dead-letter producer",
+            lambda: asyncio.wait_for(producer.start(), UP_ATTEMPT_S),
+        )
+        await self.until_up(
+            "join the stagers' group", lambda: asyncio.wait_for(consumer.start(), UP_ATTEMPT_S)
+        )
+        log.info("kafka stager started", topic=self.k.topic, group=self.k.group_id)
         batch: Batch[int] = Batch(self.limits)
         try:
             while not self.stopping:
@@ -276,6 +293,9 @@ class KafkaStager(StagerControl):
         headers = kbus.headers_dict(record.headers)
         subject = headers.get(kbus.SUBJECT_HEADER) or record.topic
         data: bytes = record.value if record.value is not None else b"null"  # a tombstone
+        if self._copy_of(headers.get(kbus.MSG_ID_HEADER), int(record.timestamp), seq):
+            batch.add_skipped(seq, seq, len(data), "duplicate")
+            return
         attempt = 0
         while True:
             try:
@@ -296,6 +316,25 @@ class KafkaStager(StagerControl):
                 await self._pause(exc, attempt, f"message {seq}")
         if reason is not None:
             await self._dead_letter(batch, record, seq, subject, data, reason)
+
+    def _copy_of(self, msg_id: str | None, ts: int, seq: int) -> bool:
+        """Whether the record at ``seq`` is a republished copy: another record carried
+        ``msg_id`` at most ``bus.kafka.duplicate_window_s`` before it (JetStream drops such a
+        copy by its ``Nats-Msg-Id``; Kafka keeps it). The same record read again (a rebalance,
+        a restart) is not a copy of itself."""
+        if not msg_id:
+            return False
+        window_ms = int(self.k.duplicate_window_s * 1000)
+        while self._seen_order and self._seen_order[0][0] < ts - window_ms:
+            old_ts, old_id = self._seen_order.popleft()
+            if self._seen.get(old_id, (None, 0))[0] == old_ts:
+                del self._seen[old_id]
+        first = self._seen.get(msg_id)
+        if first is None or seq < first[1]:  # the earliest record with the id is the original
+            self._seen[msg_id] = (ts, seq)
+            self._seen_order.append((ts, msg_id))
+            return False
+        return seq != first[1] and ts - first[0] <= window_ms
 
     async def _dead_letter(
         self,
@@ -392,7 +431,12 @@ async def run_kafka_stager(cfg: Config, *, once: bool = False) -> StagerStats:
 
     storage = open_storage(cfg.stage_root, cfg.storage.s3)
     stager = KafkaStager(cfg.bus, cfg.stage, storage)
-    await stager.until_up("create the topics", lambda: kbus.ensure_topics(cfg.bus))
+    # Bounded: an admin request to a broker still recovering can wait for ever; then it is
+    # one more failed attempt, tried again.
+    await stager.until_up(
+        "create the topics",
+        lambda: asyncio.wait_for(kbus.ensure_topics(cfg.bus), UP_ATTEMPT_S),
+    )
     watch_stager(stager.stats)
     stager.install_signal_handlers()
     fallback = storage.overwrite if isinstance(storage, LocalStorage) else None

@@ -116,10 +116,18 @@ async def js_api(url: str, subject: str, body: bytes = b"", timeout_s: float = 3
         await nc.close()
 
 
-def stream_leader(url: str, stream: str) -> str:
-    """The server name of ``stream``'s current leader."""
-    info = asyncio.run(js_api(url, f"$JS.API.STREAM.INFO.{stream}"))
-    return str(info["cluster"]["leader"])
+def stream_leader(url: str, stream: str, timeout_s: float = 20.0) -> str:
+    """The server name of ``stream``'s current leader; while the stream has none (an election
+    after a node was killed: its info then names no leader), asked again until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = asyncio.run(js_api(url, f"$JS.API.STREAM.INFO.{stream}"))
+        leader = (info.get("cluster") or {}).get("leader")
+        if leader:
+            return str(leader)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stream {stream} has no leader after {timeout_s} s: {info}")
+        time.sleep(0.2)
 
 
 def step_down_stream_leader(url: str, stream: str, timeout_s: float = 20.0) -> tuple[str, str]:

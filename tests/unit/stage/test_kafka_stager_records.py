@@ -98,3 +98,30 @@ def test_an_undecodable_record_is_dead_lettered_with_its_reason_then_counted(
     assert "not JSON" in headers[dlq.HEADER_REASON]
     assert "tidelake-dlq-42" == headers[kbus.MSG_ID_HEADER]
     assert (1, 0) == (batch.dead_lettered, batch.staged)
+
+
+def test_a_republished_copy_inside_the_window_is_skipped_once_and_counted(tmp_path: Path) -> None:
+    """The same ``Tidelake-Msg-Id`` at a later sequence within ``duplicate_window_s`` is a
+    copy (a capture that restarted republished it): skipped as ``duplicate``. The same record
+    read again (a rebalance) is not a copy of itself; after the window, an id is new again."""
+    stager, _ = _stager(tmp_path)
+    batch: Batch[int] = Batch(BatchLimits())
+    ms = 1_700_000_000_000
+    window = int(stager.k.duplicate_window_s * 1000)
+
+    def record(offset: int, msg_id: str, at: int) -> _Record:
+        return _Record(
+            offset, _debezium_insert(offset), headers=[(kbus.MSG_ID_HEADER, msg_id.encode())],
+            timestamp=at,
+        )  # fmt: skip
+
+    for rec in (
+        record(0, "a", ms),
+        record(1, "b", ms + 10),
+        record(2, "a", ms + 20),  # a copy of 0
+        record(0, "a", ms),  # 0 read again after a rebalance: itself, not a copy
+        record(3, "b", ms + 10 + window + 1),  # past the window: new
+    ):
+        asyncio.run(stager._admit(batch, rec))  # type: ignore[arg-type]
+    assert (4, 1) == (batch.staged, batch.skipped)
+    assert {"skipped:duplicate": 1} == dict(batch.counts_by_reason)
