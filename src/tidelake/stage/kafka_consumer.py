@@ -202,7 +202,9 @@ class KafkaStager(StagerControl):
                 if batch:
                     timeout = min(timeout, max(0.05, batch.time_left_s()))
                 fetched = await self._poll(timeout, max(1, batch.room()))
-                if self._revoked:  # what this poll brought belongs to the new owner
+                if self._revoked or self._tp is None:
+                    # What this poll brought belongs to the new owner, or came before our
+                    # assignment had positioned us (read again from there).
                     continue
                 records = [r for tp_records in fetched.values() for r in tp_records]
                 for record in records:
