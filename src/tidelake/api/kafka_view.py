@@ -16,17 +16,19 @@ from tidelake.config import BusConfig
 
 
 class KafkaView:
-    """Reads a Kafka bus's state for the monitor; one short-lived client per call."""
+    """Reads a Kafka bus's state for the monitor: short-lived clients for the offsets, one
+    kept open for record times."""
 
     def __init__(self, bus: BusConfig) -> None:
         self.bus = bus
+        self._clock = kbus.RecordClock(bus)
 
     @property
     def configured(self) -> bool:
         return bool(self.bus.kafka.bootstrap_servers)
 
     async def close(self) -> None:
-        return None
+        await self._clock.close()
 
     async def state(self, tables: list[str]) -> dict[str, Any]:
         k = kbus.settings(self.bus)
@@ -61,4 +63,4 @@ class KafkaView:
         }
 
     async def message_time_ms(self, seq: int) -> int | None:
-        return await kbus.record_time_ms(self.bus, seq)
+        return await self._clock.time_ms(seq)

@@ -202,6 +202,8 @@ class Monitor:
 
     async def close(self) -> None:
         await self.bus.close()
+        if self.kafka is not None:
+            await self.kafka.close()
 
 
 def errors_of(snap: Snapshot) -> list[dict[str, Any]]:

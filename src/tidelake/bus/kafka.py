@@ -382,28 +382,52 @@ async def scan_topic(bus: BusConfig, topic: str | None = None) -> list[Record]:
     return out
 
 
-async def record_time_ms(bus: BusConfig, seq: int) -> int | None:
-    """The timestamp of the CDC topic's record at ``seq`` (None once it is gone)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+class RecordClock:
+    """When the CDC topic stored the record at a sequence, read on one consumer kept open:
+    the monitor asks for the first record of every new batch at each refresh (up to
+    hundreds), and a client per question would bootstrap a connection each time."""
 
-    k = settings(bus)
-    tp = TopicPartition(k.topic, PARTITION)
-    consumer = AIOKafkaConsumer(**client_options(k), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        if not await _exists(consumer, tp.topic):
+    def __init__(self, bus: BusConfig) -> None:
+        self.k = settings(bus)
+        self._consumer: Any = None
+
+    async def time_ms(self, seq: int) -> int | None:
+        """The record's timestamp (ms); None once it is gone or Kafka does not answer."""
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(self.k.topic, PARTITION)
+        try:
+            consumer = await self._open(tp)
+            if consumer is None:
+                return None
+            consumer.seek(tp, offset_of(seq))
+            got = await consumer.getmany(tp, timeout_ms=2_000, max_records=1)
+        except Exception:
+            await self.close()  # opened again at the next question
             return None
-        consumer.assign([tp])
-        consumer.seek(tp, offset_of(seq))
-        got = await consumer.getmany(tp, timeout_ms=2_000, max_records=1)
         for record in got.get(tp, []):
             if record.offset == offset_of(seq):
                 return int(record.timestamp)
         return None
-    except Exception:
-        return None
-    finally:
-        await consumer.stop()
+
+    async def _open(self, tp: Any) -> Any:
+        if self._consumer is None:
+            from aiokafka import AIOKafkaConsumer
+
+            consumer = AIOKafkaConsumer(**client_options(self.k), enable_auto_commit=False)
+            await consumer.start()
+            if not await _exists(consumer, tp.topic):
+                await consumer.stop()
+                return None
+            consumer.assign([tp])
+            self._consumer = consumer
+        return self._consumer
+
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
 
 
 async def message_ids_before(

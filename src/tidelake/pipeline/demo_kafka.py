@@ -97,13 +97,21 @@ def _member(home: Path, n: int) -> ChildProcess:
     ).start()
 
 
+def _log_text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _last_line_with(path: Path, *marks: str) -> str:
+    """The last line of the log at ``path`` holding one of ``marks`` ("" when none does)."""
+    lines = [line for line in _log_text(path).splitlines() if any(m in line for m in marks)]
+    return lines[-1] if lines else ""
+
+
 def _holds(home: Path, n: int) -> bool:
     """Whether member ``n``'s latest assignment in its log holds the topic (a member killed -9
     keeps its last line: ask only about a live one)."""
     path = home / "logs" / f"capture-kafka-{n}.log"
-    text = path.read_text(errors="replace") if path.exists() else ""
-    assigned = [line for line in text.splitlines() if "kafka topics assigned" in line]
-    return bool(assigned) and TOPIC in assigned[-1]
+    return TOPIC in _last_line_with(path, "kafka topics assigned")
 
 
 def _move_topic(home: Path, members: list[ChildProcess], timeout_s: float = 90.0) -> str:
@@ -124,14 +132,10 @@ def _move_topic(home: Path, members: list[ChildProcess], timeout_s: float = 90.0
 
 def _stager_holds(stack: LocalStack, name: str) -> bool:
     """Whether stager ``name``'s log says it holds the CDC topic's partition now."""
-    path = stack.child(name).log_path
-    text = path.read_text(errors="replace") if path.exists() else ""
-    events = [
-        line
-        for line in text.splitlines()
-        if "kafka partition assigned" in line or "kafka partition revoked" in line
-    ]
-    return bool(events) and "assigned" in events[-1]
+    last = _last_line_with(
+        stack.child(name).log_path, "kafka partition assigned", "kafka partition revoked"
+    )
+    return "assigned" in last
 
 
 def _move_partition(stack: LocalStack, timeout_s: float = 90.0) -> str:
@@ -148,19 +152,14 @@ def _move_partition(stack: LocalStack, timeout_s: float = 90.0) -> str:
     while not _stager_holds(stack, other) and time.monotonic() < deadline:
         time.sleep(0.2)
     outcome = "moved" if _stager_holds(stack, other) else "did not move"
-    started = _log_text(child).count("kafka stager started")
+    started = _log_text(child.log_path).count("kafka stager started")
     child.start()
     # Back in the group before the next fault (a broker kill while it joins is another test).
-    while _log_text(child).count("kafka stager started") <= started:
+    while _log_text(child.log_path).count("kafka stager started") <= started:
         if time.monotonic() > deadline + 60:
             break
         time.sleep(0.2)
     return f"{holder} killed -9; the CDC partition {outcome} to {other}"
-
-
-def _log_text(child: Any) -> str:
-    path = child.log_path
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 async def _stored_in_kafka(cfg: Config, want: int, timeout_s: float) -> Published:

@@ -104,6 +104,8 @@ class KafkaStager(StagerControl):
         #: record seen with it, and the ids in the order seen (to let them expire).
         self._seen: dict[str, tuple[int, int]] = {}
         self._seen_order: deque[tuple[int, str]] = deque()
+        #: The window of the current assignment has been read back (see _start_at).
+        self._preloaded = False
 
     # -- the group ----------------------------------------------------------------------------
 
@@ -121,6 +123,7 @@ class KafkaStager(StagerControl):
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
                 for tp in assigned:
+                    stager._preloaded = False
                     try:
                         await stager._start_at(tp)
                     except Exception as exc:
@@ -135,8 +138,10 @@ class KafkaStager(StagerControl):
 
         return Listener()
 
-    async def _start_at(self, tp: TopicPartition) -> None:
-        """Position on the committed offset; refuse one older than the topic's first record."""
+    async def _start_at(self, tp: TopicPartition, *, preload: bool = True) -> None:
+        """Position on the committed offset; refuse one older than the topic's first record.
+        ``preload``: also read the duplicate window back from before it (once per
+        assignment: positioning it again after a failed poll needs it only if that failed)."""
         assert self._consumer is not None
         committed = await self._consumer.committed(tp)
         first = (await self._consumer.beginning_offsets([tp]))[tp]
@@ -148,10 +153,11 @@ class KafkaStager(StagerControl):
             await self._consumer.commit({tp: OffsetAndMetadata(first, "")})
             self._consumer.seek(tp, first)
             return
-        if committed > first:
+        if preload and committed > first:
             window_ms = int(self.k.duplicate_window_s * 1000)
             for msg_id, ts, seq in await kbus.message_ids_before(self.bus, committed, window_ms):
                 self._copy_of(msg_id, ts, seq)
+        self._preloaded = True
         if committed < first:
             raise BusError(
                 f"sequences {kbus.seq_of(committed)}..{kbus.seq_of(first - 1)} of Kafka topic "
@@ -240,7 +246,7 @@ class KafkaStager(StagerControl):
             await asyncio.sleep(0.1)
             for tp in self._consumer.assignment():
                 try:
-                    await self._start_at(tp)
+                    await self._start_at(tp, preload=not self._preloaded)
                 except Exception as again:
                     if not is_retryable(again):
                         raise
