@@ -47,6 +47,11 @@ log = structlog.get_logger(__name__)
 REPORT_EVERY_S = 10.0
 #: The stager's key header (stage/consumer.py ``KEY_HEADER``).
 KEY_HEADER = "Tidelake-Key"
+#: How often the consumer refreshes the cluster's metadata, which is when ``topic_pattern``
+#: sees a new topic: Debezium and TiCDC create one per new table on its first change. The
+#: client's default (``metadata_max_age_ms``, 5 minutes) held a new table's changes back
+#: that long; they are never lost (a new partition is read from its earliest offset).
+METADATA_MAX_AGE_MS = 10_000
 
 
 def whole_topic_assignor() -> type:
@@ -205,6 +210,7 @@ class KafkaSource:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             partition_assignment_strategy=(whole_topic_assignor(),),
         )
         self._consumer = consumer
