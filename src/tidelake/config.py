@@ -13,6 +13,7 @@ masks them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from types import UnionType
@@ -32,8 +33,12 @@ from pydantic import (
 from tidelake.errors import ConfigError
 
 ENV_PREFIX = "TIDELAKE_"
+#: A route's name: part of its consumer's name, its dead-letter subject and env overrides.
+ROUTE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 #: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
-SECRET_FIELDS = frozenset({"password", "token", "secret_key", "access_key", "pii_key"})
+SECRET_FIELDS = frozenset(
+    {"password", "token", "secret_key", "access_key", "pii_key", "signing_key"}
+)
 
 
 class _Model(BaseModel):
@@ -673,6 +678,107 @@ class RunConfig(_Model):
     )
 
 
+class PostgresSinkConfig(_Model):
+    """A route into PostgreSQL: batched upserts and deletes, one transaction per batch
+    (route/sinks/postgres.py)."""
+
+    kind: Literal["postgres"]
+    dsn: str = Field(
+        ..., description="libpq URI or key=value string of the target database, without password"
+    )
+    password: SecretStr | None = Field(
+        None, description="env TIDELAKE_ROUTES__<ROUTE>__SINK__PASSWORD"
+    )
+    password_file: Path | None = Field(None, description="file holding the password")
+    target_schema: str | None = Field(
+        None,
+        description="schema of the tables the sink creates; unset = the source database's name",
+    )
+
+    def password_value(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
+class RedisSinkConfig(_Model):
+    """A route into Redis: the latest row of each key (route/sinks/redis.py)."""
+
+    kind: Literal["redis"]
+    url: str = Field("redis://127.0.0.1:6379/0", description="redis:// or rediss:// URL")
+    password: SecretStr | None = Field(
+        None, description="env TIDELAKE_ROUTES__<ROUTE>__SINK__PASSWORD"
+    )
+    password_file: Path | None = Field(None, description="file holding the password")
+    key_prefix: str = Field("tidelake", description="first part of every key the sink writes")
+    ttl_s: int | None = Field(
+        None, gt=0, description="expire a row's key this long after its last change; unset = never"
+    )
+
+    def password_value(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
+class WebhookSinkConfig(_Model):
+    """A route to an HTTP endpoint: batched, signed JSON POSTs (route/sinks/webhook.py)."""
+
+    kind: Literal["webhook"]
+    url: str = Field(..., description="the endpoint the batches are POSTed to")
+    signing_key: SecretStr | None = Field(
+        None,
+        description="HMAC-SHA256 key of the signature header; env "
+        "TIDELAKE_ROUTES__<ROUTE>__SINK__SIGNING_KEY",
+    )
+    signing_key_file: Path | None = Field(None, description="file holding the signing key")
+    timeout_s: float = Field(10.0, gt=0, description="one POST's timeout")
+    max_tries: int = Field(
+        5, ge=1, description="POSTs of one batch before its changes are dead-lettered"
+    )
+    backoff_s: float = Field(0.5, gt=0, description="first wait between tries (doubled, jittered)")
+    max_backoff_s: float = Field(30.0, gt=0, description="longest wait between tries")
+    headers: dict[str, str] = Field({}, description="extra request headers")
+
+    def signing_key_value(self) -> str | None:
+        return _secret(self.signing_key, self.signing_key_file)
+
+
+SinkConfig = PostgresSinkConfig | RedisSinkConfig | WebhookSinkConfig
+
+
+class RouteConfig(_Model):
+    """One route: which changes of the stream, shaped how, into which sink (docs/routes.md).
+    Each route is its own durable JetStream consumer (``route-<name>``)."""
+
+    tables: list[str] = Field(
+        ["*"], description="database.table patterns (shell style: shop.*, *.orders) to take"
+    )
+    ops: list[Literal["insert", "update", "delete"]] = Field(
+        ["insert", "update", "delete"], description="source operations to take"
+    )
+    where: str | None = Field(
+        None,
+        description="SQL condition over a row's columns (status = 'paid' AND amount > 10); an "
+        "UPDATE is taken when its new or old row matches (a row leaving the condition is "
+        "deleted from the sink), a DELETE when its old row matches",
+    )
+    drop: list[str] = Field([], description="columns left out of the sink")
+    rename: dict[str, str] = Field({}, description="column → name in the sink")
+    mask: dict[str, Literal["hash", "mask"]] = Field(
+        {},
+        description="column → hash (keyed HMAC, stage.pii_key) or mask (fixed text), as the "
+        "stage's personal-data rules",
+    )
+    keys: dict[str, list[str]] = Field(
+        {},
+        description="database.table → primary-key columns, for producers that send no key",
+    )
+    batch_size: int = Field(500, ge=1, description="changes per sink write at most")
+    paused: bool = Field(False, description="a paused route consumes nothing")
+    sink: SinkConfig = Field(
+        ...,
+        discriminator="kind",
+        description="the destination: kind postgres, redis or webhook, with its settings below",
+    )
+
+
 class Config(_Model):
     """The whole tidelake configuration."""
 
@@ -691,6 +797,9 @@ class Config(_Model):
     capture: CaptureConfig = CaptureConfig()
     run: RunConfig = RunConfig()
     metrics: MetricsConfig = MetricsConfig()
+    routes: dict[str, RouteConfig] = Field(
+        {}, description="name → route: the stream's changes into other sinks (docs/routes.md)"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )
@@ -699,6 +808,17 @@ class Config(_Model):
         description="logs on stderr: console (key=value lines for a person) or json (one JSON "
         "object per line, for Loki, Elasticsearch, journald and the like)",
     )
+
+    @field_validator("routes")
+    @classmethod
+    def _route_names(cls, routes: dict[str, RouteConfig]) -> dict[str, RouteConfig]:
+        for name in routes:
+            if not ROUTE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"route name {name!r}: lower-case letters, digits, '-' and '_', "
+                    "starting with a letter (it names a JetStream consumer)"
+                )
+        return routes
 
     @field_validator("home")
     @classmethod
@@ -892,12 +1012,25 @@ def reference_rows(model: type[BaseModel] = Config, prefix: str = "") -> list[tu
         if models:
             if info.description:
                 rows.append((path, "(section)", info.description))
-            rows.extend(reference_rows(models[0], f"{path}."))
+            # A mapping of sections (routes, lake.tables): its keys are the user's names.
+            inner = f"{path}.<name>." if get_origin(info.annotation) is dict else f"{path}."
+            if len(models) == 1:
+                rows.extend(reference_rows(models[0], inner))
+                continue
+            for kind_model in models:  # a union told apart by `kind`: each kind's settings
+                kind = get_args(kind_model.model_fields["kind"].annotation)[0]
+                rows.extend(
+                    (p, d, f"({kind}) {desc}")
+                    for p, d, desc in reference_rows(kind_model, inner)
+                    if p != f"{inner}kind"
+                )
             continue
         default = info.get_default(call_default_factory=True)
         extra = info.json_schema_extra
         if name in SECRET_FIELDS:
             shown = "(env only)"
+        elif info.is_required():
+            shown = "(required)"
         elif isinstance(extra, dict) and "shown_default" in extra:
             shown = repr(extra["shown_default"])  # machine-dependent: the rule, not this machine's
         elif isinstance(default, PurePath):

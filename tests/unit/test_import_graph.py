@@ -23,6 +23,7 @@ STAGES = (
     "tidelake.bus",
     "tidelake.capture",
     "tidelake.stage",
+    "tidelake.route",
     "tidelake.lake",
     "tidelake.verify",
     "tidelake.workload",

@@ -26,9 +26,10 @@ state (every POST) gets 403 when a browser sent it from another origin and 415 u
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -304,6 +305,54 @@ def create_app(
     async def dlq_discard(seq: int) -> dict[str, Any]:
         """Delete a dead letter for good."""
         return await _dlq("discard", seq)
+
+    async def _on_bus(work: Callable[[Any], Awaitable[Any]]) -> Any:
+        from tidelake.bus.connection import connect
+
+        try:
+            nc = await connect(cfg.bus, reconnect=False)
+        except Exception as exc:
+            raise bus_failed(exc) from exc
+        try:
+            return await work(nc.jetstream())
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+        finally:
+            await nc.close()
+
+    def _route(name: str) -> None:
+        if name not in cfg.routes:
+            raise HTTPException(404, f"no route {name!r} in the config")
+
+    @app.get("/api/routes", tags=["routes"], dependencies=auth)
+    async def routes() -> dict[str, Any]:
+        """Each route (docs/routes.md): its sink, its consumer's acknowledged sequence,
+        pending and in-flight messages, its dead letters."""
+        from tidelake.route.runner import route_status
+
+        async def work(js: Any) -> list[Any]:
+            return [await route_status(js, cfg, name) for name in sorted(cfg.routes)]
+
+        return {"routes": [dataclasses.asdict(s) for s in await _on_bus(work)]}
+
+    @app.post("/api/routes/{name}/reprocess", tags=["routes"], dependencies=auth)
+    async def route_reprocess(name: str) -> dict[str, Any]:
+        """Apply the route's dead letters through its sink again; each one that lands is
+        removed (``tidelake route reprocess``). 503 when the sink is unreachable."""
+        from tidelake.route.change import SinkError
+        from tidelake.route.runner import RouteRunner, reprocess
+
+        _route(name)
+        runner = RouteRunner(cfg, name)
+        try:
+            result = await _on_bus(lambda js: reprocess(js, runner))
+        except SinkError as exc:
+            raise HTTPException(503, f"route {name}: the sink failed: {exc}") from exc
+        finally:
+            runner.sink.close()
+        return {"route": name, **dataclasses.asdict(result)}
 
     @app.post("/api/capture/snapshot", tags=["capture"], dependencies=auth)
     async def capture_snapshot(body: SnapshotRequest) -> dict[str, Any]:

@@ -850,11 +850,13 @@ def bench(
 def _register_operator_verbs() -> None:
     from tidelake.cli.bus import register as register_bus
     from tidelake.cli.operate import register
+    from tidelake.cli.route import register as register_route
     from tidelake.cli.setup import register as register_setup
 
     register(app)
     register_setup(app)
     register_bus(app)
+    register_route(app)
 
 
 _register_operator_verbs()

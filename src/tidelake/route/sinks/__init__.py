@@ -1,0 +1,24 @@
+"""One module per destination a route writes to; :func:`open_sink` picks one from config."""
+
+from __future__ import annotations
+
+from tidelake.config import PostgresSinkConfig, RedisSinkConfig, SinkConfig, WebhookSinkConfig
+from tidelake.route.change import Sink
+
+
+def open_sink(route: str, config: SinkConfig) -> Sink:
+    """The sink ``config`` describes, for the route named ``route`` (imported on use: each
+    destination's client library is needed only by the routes that write to it)."""
+    if isinstance(config, PostgresSinkConfig):
+        from tidelake.route.sinks.postgres import PostgresSink
+
+        return PostgresSink(config)
+    if isinstance(config, RedisSinkConfig):
+        from tidelake.route.sinks.redis import RedisSink
+
+        return RedisSink(config)
+    if isinstance(config, WebhookSinkConfig):
+        from tidelake.route.sinks.webhook import WebhookSink
+
+        return WebhookSink(route, config)
+    raise AssertionError(f"unknown sink {config!r}")  # the config's union is closed
