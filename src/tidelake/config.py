@@ -514,6 +514,89 @@ class KafkaSourceConfig(_Model):
     sasl: KafkaSaslConfig | None = Field(None, description="SASL towards the brokers; unset = none")
 
 
+class RestSourceConfig(_Model):
+    """``tidelake capture rest``: an HTTP API's records, polled by an ``updated_since`` cursor,
+    into the bus as one table (docs/rest-source.md)."""
+
+    url: str | None = Field(None, description="the API's list endpoint (http:// or https://)")
+    database: str | None = Field(None, description="database part of the table the records become")
+    table: str | None = Field(None, description="table the records become (<database>.<table>)")
+    primary_key: list[str] = Field(["id"], min_length=1, description="fields keying a record")
+    cursor_field: str = Field(
+        "updated_at", description="record field that grows with every change (the cursor)"
+    )
+    cursor_type: Literal["timestamp", "integer"] = Field(
+        "timestamp",
+        description="timestamp: ISO-8601 text (no zone = UTC), position = nanoseconds since "
+        "1970; integer: a non-negative integer (JSON number or digits), position = the value",
+    )
+    cursor_param: str = Field(
+        "updated_since",
+        description="query parameter given the saved cursor; the API must return records whose "
+        "cursor is greater than or equal to it",
+    )
+    initial_cursor: str | None = Field(
+        None, description="cursor of the first poll; unset = no cursor parameter (every record)"
+    )
+    pagination: Literal["page", "next_link", "none"] = Field(
+        "page",
+        description="page: page_param/limit_param until a page holds fewer than limit records; "
+        "next_link: follow next_field in the body, else the Link header's rel=next; none: one "
+        "request",
+    )
+    page_param: str = Field("page", description="pagination page: the page number parameter")
+    first_page: int = Field(1, ge=0, description="pagination page: number of the first page")
+    limit_param: str = Field("limit", description="page size parameter ('' = not sent)")
+    limit: int = Field(100, ge=1, description="records asked per page")
+    max_pages: int = Field(
+        10_000, ge=1, description="pages one poll follows at most (else an error)"
+    )
+    next_field: str | None = Field(
+        "next", description="pagination next_link: dotted path of the next page's URL in the body"
+    )
+    records_path: str | None = Field(
+        "data", description="dotted path of the record list in the body; unset = the body itself"
+    )
+    params: dict[str, str] = Field({}, description="further query parameters of every poll")
+    headers: dict[str, str] = Field({}, description="further request headers (no secrets)")
+    token: SecretStr | None = Field(
+        None, description="env TIDELAKE_CAPTURE__REST__TOKEN: sent as Authorization: Bearer"
+    )
+    token_file: Path | None = Field(None, description="file holding the bearer token")
+    interval_s: float = Field(10.0, gt=0, description="seconds between the starts of two polls")
+    timeout_s: float = Field(30.0, gt=0, description="timeout of one HTTP request")
+    give_up_s: float = Field(
+        300.0,
+        gt=0,
+        description="how long one request is retried (connection errors, 5xx, 429) before the "
+        "poller stops with an error",
+    )
+    deleted_field: str | None = Field(
+        None, description="boolean record field meaning a soft delete: true = a DELETE event"
+    )
+    column_types: dict[str, str] = Field(
+        {},
+        description="field -> source SQL type ('decimal(12,2)', 'bigint', 'timestamp', "
+        "'boolean', 'json'); a field not named is 'longtext': its exact JSON text",
+    )
+    subject_prefix: str = Field(
+        "cdc", description="JetStream subject of a record: <subject_prefix>.<database>.<table>"
+    )
+    state_file: Path | None = Field(
+        None, description="saved cursor; default: <home>/capture/rest-<database>.<table>.json"
+    )
+
+    def resolved_token(self) -> str | None:
+        return _secret(self.token, self.token_file)
+
+    def state_path(self, home: Path) -> Path:
+        """Where the cursor is saved (``state_file``, else one file per table under home)."""
+        if self.state_file is not None:
+            return self.state_file.resolve()
+        name = f"rest-{self.database}.{self.table}.json".replace("/", "_")
+        return (home / "capture" / name).resolve()
+
+
 class CaptureConfig(_Model):
     """``tidelake capture``: change capture from MySQL/MariaDB or PostgreSQL (docs/capture.md)."""
 
@@ -593,6 +676,7 @@ class CaptureConfig(_Model):
         "renamed tables reach the lake (docs/capture.md, PostgreSQL DDL)",
     )
     kafka: KafkaSourceConfig = KafkaSourceConfig()
+    rest: RestSourceConfig = RestSourceConfig()
 
     def resolved_password(self) -> str | None:
         return _secret(self.password, self.password_file)

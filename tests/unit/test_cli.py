@@ -21,6 +21,7 @@ EXPECTED_COMMANDS = {
     "tidelake capture snapshot",
     "tidelake capture kafka",
     "tidelake capture lag",
+    "tidelake capture rest",
     "tidelake chaos",
     "tidelake config check",
     "tidelake demo",

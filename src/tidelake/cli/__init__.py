@@ -191,6 +191,15 @@ def demo(
             "Trino too (scripts/setup with TIDELAKE_SETUP_QUERY_ENGINES=1 installs both)",
         ),
     ] = False,
+    sinks: Annotated[
+        bool,
+        typer.Option(
+            "--sinks",
+            help="three routes beside the lake: PostgreSQL, Redis and a webhook, each killed "
+            "-9 once, then a replay and a dead-letter re-process; every destination verified "
+            "(needs PostgreSQL and redis-server: scripts/setup with TIDELAKE_SETUP_DATABASES=1)",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -201,8 +210,12 @@ def demo(
     if bus not in ("nats", "kafka"):
         err_console.print("[bold red]--bus takes nats or kafka[/]")
         raise typer.Exit(2)
+    if sinks and (source is not None or kafka or bus == "kafka"):
+        err_console.print("[bold red]--sinks runs with the workload on a NATS bus only[/]")
+        raise typer.Exit(2)
     out = err_console if json else console
     options = DemoOptions(
+        sinks=sinks,
         bus=bus,
         events=events,
         rate=rate,
@@ -592,6 +605,38 @@ def capture_kafka(config: ConfigOption = None) -> None:
         f"capture kafka: {stats.consumed} messages read, {stats.published} stored in the bus "
         f"({stats.duplicates} duplicates), {stats.replays_dropped} TiCDC replays dropped, "
         f"{stats.rebalances} assignments"
+    )
+
+
+@capture_app.command("rest")
+def capture_rest(
+    config: ConfigOption = None,
+    once: Annotated[bool, typer.Option("--once", help="poll once, then exit")] = False,
+) -> None:
+    """Poll an HTTP API (capture.rest) by its updated_since cursor into the bus until SIGTERM:
+    each new record version a change event, the cursor saved once the bus stored them
+    (docs/rest-source.md)."""
+    from tidelake.capture.rest import run_rest_source
+    from tidelake.errors import TidelakeError
+
+    cfg = _load(config)
+    if not cfg.bus.url and cfg.bus.kind == "nats":
+        from tidelake.bus.discovery import no_bus_message
+
+        err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        stats = run_rest_source(cfg, once=once)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]capture rest cannot run[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    except TidelakeError as exc:
+        err_console.print(f"[bold red]capture rest failed[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from exc
+    err_console.print(
+        f"capture rest: {stats.polls} polls, {stats.records} records read, {stats.published} "
+        f"stored in the bus ({stats.duplicates} duplicates), cursor saved {stats.saves} times",
+        soft_wrap=True,
     )
 
 

@@ -33,6 +33,7 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
+from tidelake.pipeline.demo_sinks import DemoSinks
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, prepare_home
@@ -60,6 +61,9 @@ class DemoOptions:
     trino: bool = False
     #: ``"kafka"``: Kafka is the pipeline's bus (``bus.kind: kafka``; pipeline/demo_kafka.py).
     bus: str = "nats"
+    #: Three routes beside the lake — PostgreSQL, Redis, a webhook — each killed -9 once, a
+    #: replay and a dead-letter re-process; every destination verified (pipeline/demo_sinks.py).
+    sinks: bool = False
 
 
 @dataclass
@@ -83,8 +87,10 @@ class DemoResult:
     per_table: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: ``--trino``: the differences between the source and what Trino answers (None: not run).
     trino_mismatches: int | None = None
-    #: The faults the demo caused on its way (``--kafka``), in order.
+    #: The faults the demo caused on its way (``--kafka``, ``--sinks``), in order.
     faults: list[str] = field(default_factory=list)
+    #: ``--sinks``: the differences between the source and the routes' destinations.
+    sink_mismatches: int | None = None
 
     def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
         """Freshness percentiles: each message's source commit → the commit covering it."""
@@ -117,6 +123,7 @@ class DemoResult:
             and self.mismatches == 0
             and self.tables > 0
             and not self.trino_mismatches
+            and not self.sink_mismatches
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -337,18 +344,27 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     stack: LocalStack | None = None
     store: DemoObjectStore | None = None
     engines: QueryEngines | None = None
+    sinks: DemoSinks | None = None
     try:
         store = start_object_store(opts.object_store, home)
         settings = store.file_settings() if store else {}
+        env = store.env() if store else {}
         if opts.trino:
             with console.status("starting the Hive Metastore"):
                 engines = QueryEngines(home).start_metastore()
             settings = merge_settings(settings, engines.settings())
-        stack = LocalStack(home, settings=settings, env=store.env() if store else {})
+        if opts.sinks:
+            with console.status("starting PostgreSQL, Redis and a webhook receiver"):
+                sinks = DemoSinks(home / "sinks").start()
+            settings = merge_settings(settings, sinks.settings())
+            env = {**env, **sinks.env()}
+        stack = LocalStack(home, settings=settings, env=env)
         stack.start()
         cfg = stack.cfg
         result.lake = cfg.lake_root
         wait_for_ingest(stack, console)
+        if sinks is not None:
+            sinks.kill_each_route_once(stack, opts.events)
         spec = WorkloadSpec(events=opts.events, seed=opts.seed)
         workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
         columns = [
@@ -363,10 +379,28 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             result.publish_events_per_s = round(rate, 1)
             commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
         result.measure_freshness(published, commits)
+        if sinks is not None:
+            with console.status("routes: catching up, a replay, a dead-letter re-process"):
+                last_seq = max(max(seqs) for seqs in published.seqs.values())
+                sinks.wait_faults()
+                sinks.catch_up(stack, last_seq, opts.catch_up_timeout_s)
+                sinks.replay_replica(stack, last_seq, opts.catch_up_timeout_s)
+                sinks.reprocess_hook(cfg)
         stack.stop_stages()
         result.dlq = asyncio.run(stack.dlq_depth())
         comparisons = verify_workload(cfg, workload)
         result.record(comparisons)
+        if sinks is not None:
+            result.faults += sinks.faults
+            through_sinks = sinks.verify(workload)
+            result.sink_mismatches = sum(c.mismatches for c in through_sinks)
+            for c in through_sinks:
+                result.per_table[c.table] = {
+                    "rows_expected": c.rows_expected,
+                    "rows_in_lake": c.rows_in_lake,
+                    "mismatches": c.mismatches,
+                    "samples": c.samples,
+                }
         if engines is not None:
             with console.status("starting Trino and reading every table through it"):
                 trino = engines.start_trino(store.server.s3_config() if store else None)
@@ -391,6 +425,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             stack.stop(timeout_s=30)
         if engines is not None:
             engines.stop()
+        if sinks is not None:
+            sinks.stop()
         if store is not None:
             store.stop()
         result.elapsed_s = round(time.monotonic() - started, 1)
@@ -421,6 +457,12 @@ def render_summary(result: DemoResult, console: Console) -> None:
         console.print(f"[bold red]demo failed:[/] {result.error}")
     elif result.mismatches == 0:
         console.print(f"[bold green]the lake equals the source.[/] Lake: {result.lake}")
+    if result.sink_mismatches is not None:
+        style = "bold green" if result.sink_mismatches == 0 else "bold red"
+        console.print(
+            f"[{style}]routes: {result.sink_mismatches} mismatches[/] (PostgreSQL, Redis, "
+            f"webhook) after {', '.join(result.faults)}"
+        )
     if result.trino_mismatches is not None:
         style = "bold green" if result.trino_mismatches == 0 else "bold red"
         console.print(f"[{style}]Trino: {result.trino_mismatches} mismatches[/] (every table)")

@@ -9,7 +9,7 @@ is a :class:`tidelake.runtime.processes.ChildProcess`; this module only says whi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tidelake.runtime.processes import ChildProcess, tidelake_argv
@@ -64,10 +64,12 @@ def stage_children(
     capture: bool,
     ingest_interval_s: float,
     die_with_parent: bool = False,
+    routes: Sequence[str] = (),
 ) -> list[StageProcess]:
     """The stage processes of a local pipeline, in start order (the producer first):
-    ``capture`` when a source database is configured, the stager, the continuous ingest
-    (``die_with_parent``: each gets SIGTERM when the process that starts them dies)."""
+    ``capture`` when a source database is configured, the stager, the continuous ingest, then
+    one ``route-<name>`` per route in ``routes`` (docs/routes.md) (``die_with_parent``: each
+    gets SIGTERM when the process that starts them dies)."""
     dies = die_with_parent
     children = [
         StageProcess(
@@ -80,6 +82,16 @@ def stage_children(
             logs / "ingest.log",
             die_with_parent=dies,
         ),
+    ]
+    children += [
+        StageProcess(
+            f"route-{name}",
+            tidelake_argv("route", "run", name),
+            env,
+            logs / f"route-{name}.log",
+            die_with_parent=dies,
+        )
+        for name in routes
     ]
     if capture:
         # tidelake's own capture (docs/capture.md) when a source database is configured.

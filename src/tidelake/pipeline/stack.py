@@ -12,8 +12,9 @@
    (:mod:`tidelake.bus.discovery`): provisioned first, so a producer that finds the bus finds
    its stream;
 4. the stage processes (:func:`tidelake.pipeline.processes.stage_children`): the capture when
-   ``capture.source`` is set, the stager, the continuous ingest — one child process each, with
-   an environment that pins them to this home, config and bus;
+   ``capture.source`` is set, the stager, the continuous ingest, one ``route run`` per route
+   (docs/routes.md) — one child process each, with an environment that pins them to this
+   home, config and bus;
 5. :meth:`LocalStack.wait_healthy`: until the stager and the ingest started by this stack
    report in their heartbeats (``runtime/heartbeat.py``) — the ingest once its Spark session
    is up (``idle`` or ``applying``), the stager once it is ``running``;
@@ -211,6 +212,8 @@ class LocalStack:
             capture=bool(cfg.capture.source),
             ingest_interval_s=self.ingest_interval_s,
             die_with_parent=self.die_with_parent,
+            # Routes read a JetStream bus; a paused one is not started.
+            routes=[] if self.on_kafka else [n for n, r in cfg.routes.items() if not r.paused],
         )
         # metrics.port is the parent's (run's own endpoint): each child gets its own port.
         assign_child_ports(self.children, cfg.metrics)

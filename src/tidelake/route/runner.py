@@ -284,8 +284,12 @@ class RouteRunner:
                     last_report = time.monotonic()
                     log.info("route progress", route=self.name, **self.stats.__dict__)
         finally:
+            # close, not drain: draining a pull subscription waits out its drain timeout
+            # (30 s) for requests that will never be answered; the acks were flushed already.
             with contextlib.suppress(Exception):
-                await nc.drain()
+                await nc.flush(timeout=5)
+            with contextlib.suppress(Exception):
+                await nc.close()
             self.sink.close()
         log.info("route stopped", route=self.name, **self.stats.__dict__)
         return self.stats
