@@ -46,6 +46,7 @@ from tidelake.api.history import MAX_WINDOW_S, MIN_WINDOW_S, History
 from tidelake.api.jetstream import is_bus_error
 from tidelake.api.monitor import STALE_AFTER_S, Monitor, status_json, table_states
 from tidelake.config import Config
+from tidelake.errors import ConfigError
 from tidelake.lake.ledger import LedgerError
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -90,6 +91,13 @@ class PauseRequest(BaseModel):
 
 class SnapshotRequest(BaseModel):
     table: str = Field(description="db.table (PostgreSQL: schema.table) to snapshot again")
+
+
+class RouteRequest(BaseModel):
+    """A route added at run time: its name and its settings, as under ``routes.<name>``."""
+
+    name: str
+    route: dict[str, Any]
 
 
 class ReplayRequest(BaseModel):
@@ -323,19 +331,98 @@ def create_app(
             await nc.close()
 
     def _route(name: str) -> None:
-        if name not in cfg.routes:
-            raise HTTPException(404, f"no route {name!r} in the config")
+        from tidelake.route.registry import RouteRegistry
+
+        if name not in RouteRegistry(cfg).routes():
+            raise HTTPException(404, f"no route {name!r}")
+
+    def _registry_change(change: Callable[[], Any]) -> Any:
+        try:
+            return change()
+        except ConfigError as exc:
+            raise HTTPException(422, str(exc)) from exc
 
     @app.get("/api/routes", tags=["routes"], dependencies=auth)
     async def routes() -> dict[str, Any]:
         """Each route (docs/routes.md): its sink, its consumer's acknowledged sequence,
         pending and in-flight messages, its dead letters."""
+        from tidelake.route.registry import RouteRegistry
         from tidelake.route.runner import route_status
 
+        names = sorted(RouteRegistry(cfg).routes())
+
         async def work(js: Any) -> list[Any]:
-            return [await route_status(js, cfg, name) for name in sorted(cfg.routes)]
+            return [await route_status(js, cfg, name) for name in names]
 
         return {"routes": [dataclasses.asdict(s) for s in await _on_bus(work)]}
+
+    @app.post("/api/routes", tags=["routes"], dependencies=auth)
+    async def route_add(body: RouteRequest) -> dict[str, Any]:
+        """Add a route at run time (``<home>/routes.yaml``); ``tidelake run`` starts its
+        process within seconds. Secrets only through ``password_file``/``signing_key_file``."""
+        from tidelake.route.registry import RouteRegistry
+
+        route = _registry_change(lambda: RouteRegistry(cfg).add(body.name, body.route))
+        return {"route": body.name, "sink": route.sink.kind, "added": True}
+
+    @app.post("/api/routes/{name}/pause", tags=["routes"], dependencies=auth)
+    async def route_pause(name: str) -> dict[str, Any]:
+        """Pause a route: it stops fetching within seconds; its consumer keeps its place."""
+        from tidelake.route.registry import RouteRegistry
+
+        _route(name)
+        _registry_change(lambda: RouteRegistry(cfg).pause(name))
+        return {"route": name, "paused": True}
+
+    @app.post("/api/routes/{name}/resume", tags=["routes"], dependencies=auth)
+    async def route_resume(name: str) -> dict[str, Any]:
+        """Resume a route paused at run time."""
+        from tidelake.route.registry import RouteRegistry
+
+        _route(name)
+        _registry_change(lambda: RouteRegistry(cfg).resume(name))
+        return {"route": name, "paused": False}
+
+    @app.delete("/api/routes/{name}", tags=["routes"], dependencies=auth)
+    async def route_remove(name: str) -> dict[str, Any]:
+        """Remove a route: its process exits; its consumer stays on the bus."""
+        from tidelake.route.registry import RouteRegistry
+
+        _route(name)
+        _registry_change(lambda: RouteRegistry(cfg).remove(name))
+        return {"route": name, "removed": True}
+
+    @app.get("/api/routes/{name}/messages", tags=["routes"], dependencies=auth)
+    async def route_messages(
+        name: str,
+        table: Annotated[str | None, Query(description="<db>.<table>")] = None,
+        start_seq: Annotated[int | None, Query(ge=1)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> dict[str, Any]:
+        """A page of the CDC stream as one route sees it: each message ``applied`` (the route
+        acknowledged it: in the sink, or not taken by the route), ``in_flight``, ``pending``
+        or ``dead_lettered`` (with the reason)."""
+        from tidelake.route.runner import dead_letter_reasons, route_state, route_status
+
+        _route(name)
+        try:
+            page = await mon.bus.explore(
+                subject=None, table=table, start_seq=start_seq, start_time_ms=None, limit=limit
+            )
+        except Exception as exc:
+            if is_bus_error(exc):
+                raise bus_failed(exc) from exc
+            raise
+
+        async def work(js: Any) -> tuple[Any, dict[int, str]]:
+            return await route_status(js, cfg, name), await dead_letter_reasons(js, cfg, name)
+
+        status, dead = await _on_bus(work)
+        for row in page["messages"]:
+            row["route_state"] = route_state(row["seq"], status, dead)
+            if row["seq"] in dead:
+                row["route_reason"] = dead[row["seq"]]
+        return {"route": name, **page}
 
     @app.post("/api/routes/{name}/reprocess", tags=["routes"], dependencies=auth)
     async def route_reprocess(name: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """``tidelake route …``: the stream's changes into other sinks besides the lake (docs/routes.md).
 
-``route list`` shows each configured route's consumer (delivered, acknowledged, pending) and
-its dead letters; ``route run NAME`` runs one route until SIGTERM/SIGINT; ``route replay NAME
+``route list`` shows each route's consumer (acknowledged, pending, in flight) and its dead
+letters; ``route run NAME`` runs one route until SIGTERM/SIGINT; ``route replay NAME
 --from-seq N`` delivers the stream to it again from a sequence (the route stopped); ``route
-reprocess NAME`` applies its dead letters again and removes the ones that land.
+reprocess NAME`` applies its dead letters again and removes the ones that land; ``route
+add|pause|resume|remove`` change the routes at run time (``route/registry.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def _config(config: Path | None, name: str | None = None) -> Config:
 def route_list(config: ConfigOption = None, json: JsonOption = False) -> None:
     """Each route: its sink, where its consumer stands on the stream, its dead letters."""
     from tidelake.bus.connection import connect
+    from tidelake.route.registry import RouteRegistry
     from tidelake.route.runner import route_status
 
     cfg = _config(config)
@@ -69,7 +71,8 @@ def route_list(config: ConfigOption = None, json: JsonOption = False) -> None:
         nc = await connect(cfg.bus, reconnect=False)
         try:
             js = nc.jetstream()
-            return [await route_status(js, cfg, name) for name in sorted(cfg.routes)]
+            names = sorted(RouteRegistry(cfg).routes())
+            return [await route_status(js, cfg, name) for name in names]
         finally:
             await nc.close()
 
@@ -111,13 +114,11 @@ def route_run(
     json: JsonOption = False,
 ) -> None:
     """Run one route: consume the CDC stream, apply to its sink, ack after the sink holds it.
-    Stops cleanly on SIGTERM/SIGINT (what it holds unacknowledged is redelivered)."""
+    Stops cleanly on SIGTERM/SIGINT (what it holds unacknowledged is redelivered). While the
+    route is paused it fetches nothing; once it is removed it exits."""
     from tidelake.route.runner import RouteRunner
 
     cfg = _config(config, name)
-    if cfg.routes[name].paused:
-        err_console.print(f"route {name} is paused (routes.{name}.paused)")
-        raise typer.Exit(0)
 
     async def main() -> RouteStats:
         stop = asyncio.Event()
@@ -192,6 +193,67 @@ def route_reprocess(
         )
     if result.still_failing:
         raise typer.Exit(1)
+
+
+def _change(config: Path | None, name: str, change: str) -> None:
+    from tidelake.errors import ConfigError
+    from tidelake.route.registry import RouteRegistry
+
+    cfg = _config(config)
+    registry = RouteRegistry(cfg)
+    try:
+        getattr(registry, change)(name)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    console.print(f"route {name}: {change}d (recorded in {registry.path})", highlight=False)
+
+
+@route_app.command("add")
+def route_add(
+    name: NameArgument,
+    file: Annotated[Path, typer.Option("--file", "-f", help="YAML or JSON: the route's settings")],
+    config: ConfigOption = None,
+) -> None:
+    """Add a route at run time (kept in <home>/routes.yaml); `tidelake run` starts it.
+    Secrets only through password_file/signing_key_file."""
+    import yaml
+
+    from tidelake.errors import ConfigError
+    from tidelake.route.registry import RouteRegistry
+
+    cfg = _config(config)
+    registry = RouteRegistry(cfg)
+    try:
+        data = yaml.safe_load(file.read_text())
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file}: a route's settings are a mapping")
+        route = registry.add(name, data)
+    except (OSError, yaml.YAMLError, ConfigError) as exc:
+        err_console.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    console.print(
+        f"route {name} ({route.sink.kind}) added (recorded in {registry.path})", highlight=False
+    )
+
+
+@route_app.command("pause")
+def route_pause(name: NameArgument, config: ConfigOption = None) -> None:
+    """Pause a route: it stops fetching; its consumer keeps its place in the stream."""
+    _change(config, name, "pause")
+
+
+@route_app.command("resume")
+def route_resume(name: NameArgument, config: ConfigOption = None) -> None:
+    """Resume a route paused at run time."""
+    _change(config, name, "resume")
+
+
+@route_app.command("remove")
+def route_remove(name: NameArgument, config: ConfigOption = None) -> None:
+    """Remove a route: its process exits (`tidelake run` does not start it again). Its
+    consumer stays on the bus until deleted there; adding the route again resumes from it."""
+    _change(config, name, "remove")
 
 
 def register(app: typer.Typer) -> None:

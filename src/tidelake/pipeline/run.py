@@ -34,6 +34,8 @@ from tidelake.runtime.metrics_server import beat, serving
 
 log = structlog.get_logger(__name__)
 
+#: How often the supervisor looks for routes added or removed at run time.
+ROUTES_EVERY_S = 2.0
 #: Longest pause before restarting a child that keeps dying.
 MAX_BACKOFF_S = 30.0
 
@@ -130,10 +132,16 @@ def run_pipeline(
                 say(line)
             restarts = {c.name: 0 for c in stack.children}
             healthy_logged = False
+            routes_looked = time.monotonic()
             while not stop:
+                if time.monotonic() - routes_looked >= ROUTES_EVERY_S:
+                    routes_looked = time.monotonic()
+                    for change in stack.sync_routes():  # added or removed at run time
+                        done = "started" if change[0] == "+" else "stopped"
+                        say(f"route      {change[1:]} {done}")
                 for child in stack.children:
                     if not child.alive() and not stop:
-                        restarts[child.name] += 1
+                        restarts[child.name] = restarts.get(child.name, 0) + 1
                         pause = backoff_s(restarts[child.name], max_wait_s=MAX_BACKOFF_S)
                         log.warning(
                             "stage exited; restarting",

@@ -49,6 +49,7 @@ from tidelake.config import Config, load_config
 from tidelake.errors import TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
+from tidelake.route.registry import RouteRegistry
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.metrics_server import assign_child_ports
 from tidelake.runtime.storage import open_storage
@@ -212,8 +213,8 @@ class LocalStack:
             capture=bool(cfg.capture.source),
             ingest_interval_s=self.ingest_interval_s,
             die_with_parent=self.die_with_parent,
-            # Routes read a JetStream bus; a paused one is not started.
-            routes=[] if self.on_kafka else [n for n, r in cfg.routes.items() if not r.paused],
+            # Routes read a JetStream bus; a paused one idles in its process until resumed.
+            routes=[] if self.on_kafka else sorted(RouteRegistry(cfg).routes()),
         )
         # metrics.port is the parent's (run's own endpoint): each child gets its own port.
         assign_child_ports(self.children, cfg.metrics)
@@ -241,6 +242,36 @@ class LocalStack:
         stager.start()
         log.info("started", stage=name, pid=stager.pid, log=str(stager.log_path))
         return stager
+
+    def sync_routes(self) -> list[str]:
+        """Start a process for each route added at run time, stop the one of each route
+        removed (``route/registry.py``); what changed, as ``+name``/``-name``."""
+        if self.on_kafka:
+            return []
+        wanted = set(RouteRegistry(self.cfg).routes())
+        running = {
+            c.name.removeprefix("route-") for c in self.children if c.name.startswith("route-")
+        }
+        changes = []
+        for name in sorted(wanted - running):
+            child = StageProcess(
+                f"route-{name}",
+                tidelake_argv("route", "run", name),
+                self.env,
+                self.cfg.home.resolve() / "logs" / f"route-{name}.log",
+                die_with_parent=self.die_with_parent,
+            )
+            self.children.append(child)
+            child.start()
+            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
+            changes.append(f"+{name}")
+        for name in sorted(running - wanted):
+            child = self.child(f"route-{name}")
+            child.stop()
+            self.children.remove(child)
+            log.info("stopped", stage=child.name, reason="route removed")
+            changes.append(f"-{name}")
+        return changes
 
     # -- health --------------------------------------------------------------------------------
 

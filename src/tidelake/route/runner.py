@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,9 @@ from nats.js.errors import NotFoundError
 from tidelake import formats
 from tidelake.bus import dlq
 from tidelake.config import Config, RouteConfig
-from tidelake.errors import ConfigError, DecodeError
+from tidelake.errors import DecodeError
 from tidelake.route.change import ChangesRejected, RowChange, Sink, SinkUnavailable
+from tidelake.route.registry import RouteRegistry
 from tidelake.route.select import RouteSelector
 from tidelake.route.sinks import open_sink
 
@@ -56,6 +57,8 @@ HEADER_ROUTE = "Tidelake-Route"
 MAX_BACKOFF_S = 30.0
 #: How long one fetch waits for messages.
 FETCH_TIMEOUT_S = 1.0
+#: How often a running route reads the registry (paused? removed?).
+REGISTRY_EVERY_S = 2.0
 
 
 def durable_name(route: str) -> str:
@@ -69,17 +72,15 @@ def route_dlq_prefix(cfg: Config, route: str) -> str:
 
 
 def route_config(cfg: Config, name: str) -> RouteConfig:
-    try:
-        return cfg.routes[name]
-    except KeyError:
-        known = ", ".join(sorted(cfg.routes)) or "none"
-        raise ConfigError(f"no route named {name!r} in the config (routes: {known})") from None
+    """The route in effect (the config's, with run-time changes: ``route/registry.py``);
+    :class:`ConfigError` when there is none of that name."""
+    return RouteRegistry(cfg).get(name)
 
 
 def consumer_config(cfg: Config, name: str, *, start_seq: int | None = None) -> api.ConsumerConfig:
     """The route's durable consumer: every subject, explicit acks, no MaxDeliver (the route
     dead-letters what it cannot apply itself; a sink outage must never do it)."""
-    route = cfg.routes[name]
+    route = route_config(cfg, name)
     return api.ConsumerConfig(
         durable_name=durable_name(name),
         description=f"tidelake route {name} ({route.sink.kind})",
@@ -270,7 +271,23 @@ class RouteRunner:
             )
             log.info("route started", route=self.name, sink=self.route.sink.kind)
             last_report = time.monotonic()
+            paused, looked = self.route.paused, time.monotonic()
             while not stop.is_set():
+                if time.monotonic() - looked >= REGISTRY_EVERY_S:
+                    now = RouteRegistry(self.cfg).routes().get(self.name)
+                    looked = time.monotonic()
+                    if now is None:
+                        log.info("route removed; stopping", route=self.name)
+                        break
+                    if now.paused != paused:
+                        paused = now.paused
+                        log.info("route paused" if paused else "route resumed", route=self.name)
+                if paused:
+                    if until_idle:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=REGISTRY_EVERY_S)
+                    continue
                 try:
                     msgs = await sub.fetch(self.route.batch_size, timeout=FETCH_TIMEOUT_S)
                 except TimeoutError:
@@ -329,6 +346,35 @@ async def route_status(js: Any, cfg: Config, name: str) -> RouteStatus:
         status.in_flight = info.num_ack_pending or 0
     status.dead_letters = await _dead_letter_count(js, cfg, name)
     return status
+
+
+def route_state(seq: int, status: RouteStatus, dead: Mapping[int, str]) -> str:
+    """What the route did with the stream's message ``seq``: ``dead_lettered``, ``applied``
+    (acknowledged: in the sink, or not one the route takes), ``in_flight`` (delivered, not yet
+    acknowledged) or ``pending``."""
+    if seq in dead:
+        return "dead_lettered"
+    if seq <= status.acked_seq:
+        return "applied"
+    if seq <= status.delivered_seq:
+        return "in_flight"
+    return "pending"
+
+
+async def dead_letter_reasons(js: Any, cfg: Config, name: str) -> dict[int, str]:
+    """The route's dead letters: stream sequence → reason."""
+    from tidelake.bus.scan import scan_stream
+
+    count = await _dead_letter_count(js, cfg, name)
+    if not count:
+        return {}
+    letters = await scan_stream(js, f"{route_dlq_prefix(cfg, name)}.>", count)
+    out = {}
+    for letter in letters:
+        headers = letter.headers or {}
+        seq = int(headers.get(dlq.HEADER_STREAM_SEQ, "0"))
+        out[seq] = headers.get(dlq.HEADER_REASON, "")
+    return out
 
 
 async def _dead_letter_count(js: Any, cfg: Config, name: str) -> int:
