@@ -824,7 +824,29 @@ class WebhookSinkConfig(_Model):
         return _secret(self.signing_key, self.signing_key_file)
 
 
-SinkConfig = PostgresSinkConfig | RedisSinkConfig | WebhookSinkConfig
+class OpenSearchSinkConfig(_Model):
+    """A route into OpenSearch: the latest row of each key as a document
+    (route/sinks/opensearch.py)."""
+
+    kind: Literal["opensearch"]
+    url: str = Field("http://127.0.0.1:9200", description="http:// or https:// URL of the REST API")
+    username: str | None = Field(None, description="basic-auth user; unset = no auth")
+    password: SecretStr | None = Field(
+        None, description="env TIDELAKE_ROUTES__<ROUTE>__SINK__PASSWORD"
+    )
+    password_file: Path | None = Field(None, description="file holding the password")
+    index_prefix: str = Field(
+        "tidelake-",
+        pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        description="first part of every index and alias name the sink writes (lower case)",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="one request's timeout")
+
+    def password_value(self) -> str | None:
+        return _secret(self.password, self.password_file)
+
+
+SinkConfig = PostgresSinkConfig | RedisSinkConfig | WebhookSinkConfig | OpenSearchSinkConfig
 
 
 class RouteConfig(_Model):
@@ -859,7 +881,7 @@ class RouteConfig(_Model):
     sink: SinkConfig = Field(
         ...,
         discriminator="kind",
-        description="the destination: kind postgres, redis or webhook, with its settings below",
+        description="the destination: kind postgres, redis, webhook or opensearch, with its settings below",
     )
 
 

@@ -116,7 +116,9 @@ def route_run(
     """Run one route: consume the CDC stream, apply to its sink, ack after the sink holds it.
     Stops cleanly on SIGTERM/SIGINT (what it holds unacknowledged is redelivered). While the
     route is paused it fetches nothing; once it is removed it exits."""
+    from tidelake.cli import _metrics_endpoint
     from tidelake.route.runner import RouteRunner
+    from tidelake.runtime.live_metrics import router_collectors
 
     cfg = _config(config, name)
 
@@ -127,7 +129,8 @@ def route_run(
             loop.add_signal_handler(sig, stop.set)
         return await RouteRunner(cfg, name).run(stop, until_idle=until_idle)
 
-    stats = asyncio.run(main())
+    with _metrics_endpoint(cfg, f"route-{name}", router_collectors()):
+        stats = asyncio.run(main())
     if json:
         print_json({"route": name, **asdict(stats)})
     else:

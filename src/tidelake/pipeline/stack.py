@@ -56,6 +56,9 @@ from tidelake.runtime.storage import open_storage
 
 log = structlog.get_logger(__name__)
 
+#: The variable that gives a child its own metrics port (runtime/metrics_server.py).
+PORT_ENV = "TIDELAKE_METRICS__PORT"
+
 #: Marks a directory a self-contained run (demo, chaos) created, so a rerun may wipe it.
 HOME_MARKER = ".tidelake-demo"
 
@@ -261,6 +264,9 @@ class LocalStack:
                 self.cfg.home.resolve() / "logs" / f"route-{name}.log",
                 die_with_parent=self.die_with_parent,
             )
+            if self.cfg.metrics.port is not None:  # the next port after every one in use
+                used = [int(c.env.get(PORT_ENV, "0")) for c in self.children]
+                child.env[PORT_ENV] = str(max([*used, self.cfg.metrics.port]) + 1)
             self.children.append(child)
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))

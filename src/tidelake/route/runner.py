@@ -46,6 +46,8 @@ from tidelake.route.change import ChangesRejected, RowChange, Sink, SinkUnavaila
 from tidelake.route.registry import RouteRegistry
 from tidelake.route.select import RouteSelector
 from tidelake.route.sinks import open_sink
+from tidelake.runtime import live_metrics as live
+from tidelake.runtime.metrics_server import beat
 
 log = structlog.get_logger(__name__)
 
@@ -186,7 +188,8 @@ class RouteRunner:
             if not pending:
                 return
             try:
-                await asyncio.to_thread(self.sink.apply, pending)
+                with live.ROUTER_APPLY_SECONDS.labels(self.name).time():
+                    await asyncio.to_thread(self.sink.apply, pending)
             except ChangesRejected as exc:
                 rejected = set(exc.seqs) & {t.seq for t in taken if t.reason is None}
                 if not rejected:
@@ -199,6 +202,8 @@ class RouteRunner:
                 )
                 continue
             self.stats.changes += len(pending)
+            for change in pending:
+                live.ROUTER_CHANGES.labels(self.name, change.table).inc()
             return
 
     async def _apply(self, taken: Sequence[_Taken], stop: asyncio.Event) -> bool:
@@ -211,6 +216,8 @@ class RouteRunner:
                 return True
             except Exception as exc:  # unreachable sink, or an error of unknown kind: retry
                 self.stats.sink_retries += 1
+                live.ROUTER_SINK_RETRIES.labels(self.name).inc()
+                beat()  # waiting out a sink outage is the loop at work, not a hang
                 log.warning(
                     "sink write failed; retrying",
                     route=self.name,
@@ -241,6 +248,7 @@ class RouteRunner:
         bucket = taken.reason.split(":", 1)[0]
         self.stats.reasons[bucket] = self.stats.reasons.get(bucket, 0) + 1
         self.stats.dead_lettered += 1
+        live.ROUTER_DEAD_LETTERS.labels(self.name, live.snake_label(bucket)).inc()
 
     async def handle(self, js: Any, msgs: Sequence[Any], stop: asyncio.Event) -> bool:
         """One batch: decode, select, apply, dead-letter, ack. False when stopped first."""
@@ -253,6 +261,8 @@ class RouteRunner:
             await t.msg.ack()
         self.stats.messages += len(taken)
         self.stats.batches += 1
+        live.ROUTER_MESSAGES.labels(self.name).inc(len(taken))
+        live.ROUTER_ACKED_SEQ.labels(self.name).set(max(t.seq for t in taken))
         return True
 
     # -- the loop
@@ -273,6 +283,7 @@ class RouteRunner:
             last_report = time.monotonic()
             paused, looked = self.route.paused, time.monotonic()
             while not stop.is_set():
+                beat()  # /healthz: the loop turns at least every fetch timeout
                 if time.monotonic() - looked >= REGISTRY_EVERY_S:
                     now = RouteRegistry(self.cfg).routes().get(self.name)
                     looked = time.monotonic()

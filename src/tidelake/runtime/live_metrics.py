@@ -2,7 +2,8 @@
 
 These are *live* counters: they start at zero with the process and count what this process
 did (``runtime/metrics_server.py`` serves them). They are named after the process that
-counts — ``tidelake_stager_*``, ``tidelake_ingester_*``, ``tidelake_capturer_*`` — so they
+counts — ``tidelake_stager_*``, ``tidelake_ingester_*``, ``tidelake_capturer_*``,
+``tidelake_router_*`` — so they
 never collide with the ``tidelake_stage_*`` / ``tidelake_ingest_*`` families that
 ``tidelake serve`` derives from the durable record (manifests, ``commits.jsonl``), which
 survive restarts and cover every process of the pipeline. docs/metrics.md lists both.
@@ -198,6 +199,58 @@ def ingester_collectors() -> list[Collector]:
         INGESTER_ROUND_SECONDS,
         INGESTER_TABLES_PAUSED,
         INGESTER_TABLES_RETRYING,
+    ]
+
+
+# -- a route -------------------------------------------------------------------------------
+
+ROUTER_MESSAGES = Counter(
+    "tidelake_router_messages",
+    "Stream messages this route acknowledged (applied, not taken, or dead-lettered)",
+    ["route"],
+    registry=None,
+)
+ROUTER_CHANGES = Counter(
+    "tidelake_router_changes_applied",
+    "Row changes the route's sink made durable",
+    ["route", "table"],
+    registry=None,
+)
+ROUTER_DEAD_LETTERS = Counter(
+    "tidelake_router_dead_letters",
+    "Messages the route dead-lettered, by reason",
+    ["route", "reason"],
+    registry=None,
+)
+ROUTER_SINK_RETRIES = Counter(
+    "tidelake_router_sink_retries",
+    "Sink writes that failed and were retried (an unreachable sink)",
+    ["route"],
+    registry=None,
+)
+ROUTER_ACKED_SEQ = Gauge(
+    "tidelake_router_acked_sequence",
+    "The stream sequence of the last message this route acknowledged",
+    ["route"],
+    registry=None,
+)
+ROUTER_APPLY_SECONDS = Histogram(
+    "tidelake_router_apply_seconds",
+    "One batch's write into the sink",
+    ["route"],
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+
+
+def router_collectors() -> list[Collector]:
+    return [
+        ROUTER_MESSAGES,
+        ROUTER_CHANGES,
+        ROUTER_DEAD_LETTERS,
+        ROUTER_SINK_RETRIES,
+        ROUTER_ACKED_SEQ,
+        ROUTER_APPLY_SECONDS,
     ]
 
 

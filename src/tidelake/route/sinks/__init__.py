@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from tidelake.config import PostgresSinkConfig, RedisSinkConfig, SinkConfig, WebhookSinkConfig
+from tidelake.config import (
+    OpenSearchSinkConfig,
+    PostgresSinkConfig,
+    RedisSinkConfig,
+    SinkConfig,
+    WebhookSinkConfig,
+)
 from tidelake.route.change import Sink
 
 
@@ -21,4 +27,8 @@ def open_sink(route: str, config: SinkConfig) -> Sink:
         from tidelake.route.sinks.webhook import WebhookSink
 
         return WebhookSink(route, config)
+    if isinstance(config, OpenSearchSinkConfig):
+        from tidelake.route.sinks.opensearch import OpenSearchSink
+
+        return OpenSearchSink(config)
     raise AssertionError(f"unknown sink {config!r}")  # the config's union is closed
