@@ -881,7 +881,8 @@ class RouteConfig(_Model):
     sink: SinkConfig = Field(
         ...,
         discriminator="kind",
-        description="the destination: kind postgres, redis, webhook or opensearch, with its settings below",
+        description="the destination: kind postgres, redis, webhook or opensearch, with its "
+        "settings below",
     )
 
 

@@ -19,8 +19,8 @@ the fsynced translog.
 setting turns off). Started by root (CI), the node runs as ``nobody`` (``setpriv``), and its
 writable directories are then in a fresh directory under the system's temporary directory
 owned by ``nobody`` (a pytest ``tmp_path`` is ``0700`` root's, which ``nobody`` cannot enter),
-removed when this process exits; the log stays in ``workdir``. The jars in the cache must be
-readable by ``nobody`` (setup makes them so; a checkout inside a ``0700`` home is not).
+removed when this process exits; the log stays in ``workdir``. The node gets its own copy of
+the jars there (46 MB), so a checkout inside a ``0700`` home (root's) works too.
 """
 
 from __future__ import annotations
@@ -131,15 +131,20 @@ class OpenSearchServer(ServedProcess):
             for sub in ("config", "data", "tmp"):
                 (state / sub).mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:
-                for path in (state, *(state / sub for sub in ("config", "data", "tmp"))):
-                    os.chown(path, _NOBODY, _NOBODY)
+                # The node's own copy of the jars (46 MB): whatever the permissions of the
+                # checkout's directories, nobody can read them there.
+                shutil.copytree(home(), state / "home", symlinks=True)
+                for directory, _, files in os.walk(state):
+                    os.chown(directory, _NOBODY, _NOBODY)
+                    for name in files:
+                        os.chown(os.path.join(directory, name), _NOBODY, _NOBODY)
             self._state = state
         return self._state
 
     def argv(self, exe: str) -> list[str]:
         """The node's command line (after ``setpriv`` when root)."""
         state = self._state_dir()
-        root = home()
+        root = state / "home" if os.geteuid() == 0 else home()
         argv = [
             exe,
             f"-Xms{self.heap}",

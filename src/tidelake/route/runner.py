@@ -261,8 +261,9 @@ class RouteRunner:
             await t.msg.ack()
         self.stats.messages += len(taken)
         self.stats.batches += 1
-        live.ROUTER_MESSAGES.labels(self.name).inc(len(taken))
-        live.ROUTER_ACKED_SEQ.labels(self.name).set(max(t.seq for t in taken))
+        if taken:  # a fetch may end with no message (a status reply)
+            live.ROUTER_MESSAGES.labels(self.name).inc(len(taken))
+            live.ROUTER_ACKED_SEQ.labels(self.name).set(max(t.seq for t in taken))
         return True
 
     # -- the loop

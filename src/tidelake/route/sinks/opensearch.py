@@ -343,7 +343,7 @@ def bulk_lines(index: str, change: RowChange, doc: Mapping[str, Any]) -> list[st
 
 def item_outcome(item: Mapping[str, Any]) -> tuple[str, str]:
     """A bulk response item as ``("ok" | "retry" | "reject", reason)``."""
-    result = next(iter(item.values()), {}) if item else {}
+    result: Mapping[str, Any] = next(iter(item.values()), {}) if item else {}
     status = int(result.get("status", 500))
     error = result.get("error")
     if error is None and status < 300:
@@ -411,13 +411,15 @@ class OpenSearchSink:
             created = self._request("PUT", path, json=body)
             if created.status_code >= 300:
                 if "resource_already_exists_exception" not in created.text:
-                    raise _TableRefused(f"creating index {index}: {created.text[:500]}")
+                    raise _TableRefusedError(f"creating index {index}: {created.text[:500]}")
             else:
                 log.info("opensearch sink: index created", index=index)
             resp = self._request("GET", f"{path}/_mapping")
         if resp.status_code >= 300:
             raise SinkError(f"opensearch: mapping of {index}: {resp.status_code} {resp.text[:500]}")
-        mapping = next(iter(resp.json().values()), {}).get("mappings", {})
+        answer: dict[str, Any] = resp.json()
+        first: dict[str, Any] = next(iter(answer.values()), {})
+        mapping: dict[str, Any] = first.get("mappings", {})
         known = dict(mapping.get("properties", {}))
         self._fields[index] = known
         return known
@@ -437,7 +439,9 @@ class OpenSearchSink:
             if resp.status_code >= 300:
                 still = sorted(c for c in missing if c not in known)
                 if still:
-                    raise _TableRefused(f"mapping columns {still} of {index}: {resp.text[:500]}")
+                    raise _TableRefusedError(
+                        f"mapping columns {still} of {index}: {resp.text[:500]}"
+                    )
             else:
                 log.info("opensearch sink: fields mapped", index=index, fields=sorted(missing))
         return known
@@ -468,7 +472,7 @@ class OpenSearchSink:
         for table, columns in wanted.items():
             try:
                 fields[table] = self._ensure_fields(index_name(prefix, table), table, columns)
-            except _TableRefused as exc:
+            except _TableRefusedError as exc:
                 bad += [(c.seq, f"{table}: {exc}") for c in changes if c.table == table]
         lines: list[str] = []
         sent: list[RowChange] = []
@@ -523,5 +527,5 @@ class OpenSearchSink:
         self._client.close()
 
 
-class _TableRefused(SinkError):
+class _TableRefusedError(SinkError):
     """OpenSearch refused a table's index or mapping for good (its changes are rejected)."""

@@ -103,9 +103,7 @@ def live_ids(client: httpx.Client, prefix: str) -> list[str]:
     return [hit["_id"] for hit in resp.json()["hits"]["hits"]]
 
 
-def test_upserts_and_deletes_land(
-    sink: OpenSearchSink, client: httpx.Client, prefix: str
-) -> None:
+def test_upserts_and_deletes_land(sink: OpenSearchSink, client: httpx.Client, prefix: str) -> None:
     sink.apply(
         [
             up(1, 10, status="paid", amount="12.50", paid="t"),

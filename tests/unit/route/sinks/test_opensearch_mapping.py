@@ -100,9 +100,9 @@ def test_values() -> None:
     assert "0x00ff" == encode_value(b"\x00\xff", {})
     assert {"a": [1]} == encode_value({"a": [1]}, {})
     assert None is encode_value(None, boolean)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no JSON form"):
         encode_value(float("nan"), {})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no JSON form"):
         encode_value(Decimal("NaN"), {})
     with pytest.raises(TypeError):
         encode_value(object(), {})
