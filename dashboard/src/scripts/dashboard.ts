@@ -2,7 +2,8 @@
 // routes for the charts (built by the server from the durable record, so a reload shows the
 // past at once), and draws the charts with uPlot.
 //
-// Views: "#/" the overview, "#/table/<db>.<table>" one table.
+// Views: "#/" the overview, "#/table/<db>.<table>" one table, "#/routes" the routes (GET
+// /api/routes) and "#/routes/<name>" with that route's messages (GET /api/routes/<name>/messages).
 // URL parameters: ?interval=<ms> (status poll, default 2000), ?window=<s> (chart window,
 // default 3600), ?token=<bearer token> (kept in localStorage; needed when the server requires
 // one), ?api=<base url> (default: same origin).
@@ -300,6 +301,7 @@ function drawTable(h: Json): void {
 }
 
 async function pollHistory(): Promise<void> {
+  if (currentView() === "routes") return;
   const table = currentTable();
   const path = table
     ? `/api/tables/${encodeURIComponent(table)}/history?window=${windowS}`
@@ -499,8 +501,9 @@ async function poll(): Promise<void> {
     const status = await resp.json();
     lastOk = Date.now();
     render(status);
-    syncTableChoices(status);
+    syncTableChoices(status.tables.map((t: Json) => t.table));
     void pollDeadLetters(status);
+    void pollRoutes();
     $("last-updated").textContent = `updated ${new Date(lastOk).toISOString().slice(11, 19)} UTC`;
   } catch (err) {
     unreachable(err instanceof Error ? err.message : String(err));
@@ -524,7 +527,6 @@ async function control(action: string, table: string): Promise<void> {
 }
 
 let polls = 0;
-let explorerNext: number | null = null;
 
 /** The dead letters (every 5th poll: they change rarely), with replay / discard buttons. */
 async function pollDeadLetters(s: Json): Promise<void> {
@@ -555,67 +557,347 @@ async function deadLetter(action: string, seq: string): Promise<void> {
   await poll();
 }
 
-/** A page of the stream for the chosen table, from the chosen sequence. */
-async function explore(startSeq: number | null): Promise<void> {
-  const q = new URLSearchParams({ limit: "20" });
-  const table = ($("explorer-table") as HTMLSelectElement).value;
-  if (table) q.set("table", table);
-  if (startSeq) q.set("start_seq", String(startSeq));
-  const resp = await getJson(`/api/messages?${q}`);
-  if (!resp.ok) {
-    $("messages-body").innerHTML = `<tr><td colspan="6">HTTP ${resp.status}</td></tr>`;
-    return;
-  }
-  const page = await resp.json();
-  explorerNext = page.next_seq;
-  $("explorer-next").hidden = !explorerNext;
-  $("messages-body").innerHTML = page.messages
-    .map(
-      (m: Json) => `<tr data-seq="${m.seq}" class="clickable"><td>${m.seq}</td><td>${clock(m.time_ms)}</td>
-        <td class="ellipsis" title="${esc(m.subject)}">${esc(m.table ?? m.subject)}</td><td>${num(m.size)}</td>
-        <td data-state="${esc(m.state)}">${esc(m.state)}</td><td>${m.in_lake ? "yes" : "no"}</td></tr>`,
-    )
-    .join("");
-}
-
-/** The whole message beside the list: headers and payload, wrapped within the panel. */
-async function showMessage(seq: string): Promise<void> {
-  const resp = await getJson(`/api/messages/${seq}`);
-  const panel = $("message-detail");
-  panel.hidden = false;
-  $("message-detail-title").textContent = `message ${seq}`;
-  if (!resp.ok) {
-    $("message-detail-meta").innerHTML = "";
-    $("message-detail-payload").textContent = `HTTP ${resp.status}`;
-    return;
-  }
-  const m = await resp.json();
-  const meta: [string, unknown][] = [
-    ["subject", m.subject],
-    ["table", m.table],
-    ["stored", m.time_ms ? new Date(m.time_ms).toISOString() : "-"],
-    ["stager", m.state],
-    ["size", `${num(m.size)} bytes`],
-    ...Object.entries(m.headers ?? {}),
-  ];
-  $("message-detail-meta").innerHTML = meta
-    .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`)
-    .join("");
-  let payload = String(m.payload ?? "");
+/** Why a request failed, for the page: the API's own ``detail`` when it gave one. */
+async function failure(resp: Response): Promise<string> {
+  if (resp.status === 401) return "unauthorized: open the page with ?token=<api token>";
+  let detail = "";
   try {
-    payload = JSON.stringify(JSON.parse(payload), null, 2);
+    const body = await resp.json();
+    detail = typeof body.detail === "string" ? body.detail : "";
   } catch {
-    // not JSON (a dead letter's cause, say): shown as it is
+    // not JSON
   }
-  $("message-detail-payload").textContent = payload;
+  return detail ? `HTTP ${resp.status}: ${detail}` : `HTTP ${resp.status}`;
 }
 
-function syncTableChoices(s: Json): void {
-  const select = $("explorer-table") as HTMLSelectElement;
-  const have = new Set(Array.from(select.options).map((o) => o.value));
-  for (const t of s.tables) {
-    if (!have.has(t.table)) select.add(new Option(t.table, t.table));
+// --- message explorers -----------------------------------------------------------------------
+
+/** A message explorer: a form (the element ``id``, a table choice ``<id>-table``, a start
+ * sequence ``<id>-seq``, a next-page button ``<id>-next``), the page's rows (``body``) and the
+ * whole message beside them (the panel ``detail``). The overview's pages the stream as the
+ * stager sees it, a route's as that route does. */
+interface ExplorerSpec {
+  id: string;
+  body: string;
+  detail: string;
+  /** The page's API path (no query), or null when there is nothing to explore. */
+  path: () => string | null;
+  /** The row's cells after seq, time, table / subject and size. */
+  cells: (m: Json) => string;
+  /** The row's own attributes (a state to colour it by, say). */
+  attrs?: (m: Json) => string;
+  /** What the detail panel says of a message beyond the stream's own (from its row). */
+  meta?: (m: Json) => [string, unknown][];
+  /** Told of each page shown. */
+  shown?: (page: Json) => void;
+}
+
+class Explorer {
+  next: number | null = null;
+  /** The start sequence of the page shown. */
+  private start: number | null = null;
+  private rows = new Map<string, Json>();
+  /** Answers to an older request (another route chosen since) are dropped. */
+  private asked = 0;
+  private readonly columns: number;
+
+  constructor(readonly spec: ExplorerSpec) {
+    this.columns = ($(spec.body).closest("table")?.querySelectorAll("thead th").length ?? 1) || 1;
   }
+
+  private say(text: string): void {
+    $(this.spec.body).innerHTML = `<tr><td colspan="${this.columns}" class="muted">${esc(text)}</td></tr>`;
+  }
+
+  /** A page of the stream for the chosen table, from the chosen sequence. */
+  async show(startSeq: number | null): Promise<void> {
+    const path = this.spec.path();
+    if (!path) return;
+    const asked = ++this.asked;
+    this.start = startSeq;
+    const q = new URLSearchParams({ limit: "20" });
+    const table = ($(`${this.spec.id}-table`) as HTMLSelectElement).value;
+    if (table) q.set("table", table);
+    if (startSeq) q.set("start_seq", String(startSeq));
+    let resp: Response;
+    try {
+      resp = await getJson(`${path}?${q}`);
+    } catch (err) {
+      if (asked === this.asked) this.say(`API unreachable (${err instanceof Error ? err.message : err})`);
+      return;
+    }
+    if (asked !== this.asked) return;
+    if (!resp.ok) {
+      this.say(await failure(resp));
+      return;
+    }
+    const page = await resp.json();
+    if (asked !== this.asked) return;
+    this.next = page.next_seq;
+    $(`${this.spec.id}-next`).hidden = !this.next;
+    this.rows = new Map(page.messages.map((m: Json) => [String(m.seq), m]));
+    $(this.spec.body).innerHTML = page.messages.length
+      ? page.messages
+          .map(
+            (m: Json) => `<tr data-seq="${m.seq}" class="clickable"${this.spec.attrs?.(m) ?? ""}><td>${m.seq}</td>
+        <td>${clock(m.time_ms)}</td>
+        <td class="ellipsis" title="${esc(m.subject)}">${esc(m.table ?? m.subject)}</td><td>${num(m.size)}</td>
+        ${this.spec.cells(m)}</tr>`,
+          )
+          .join("")
+      : `<tr><td colspan="${this.columns}" class="muted">no message${startSeq ? ` from seq ${startSeq}` : ""}</td></tr>`;
+    syncTableChoices(page.messages.map((m: Json) => m.table));
+    this.spec.shown?.(page);
+  }
+
+  /** The page shown, again (after the route changed what it holds). */
+  async refresh(): Promise<void> {
+    if (!$(this.spec.body).childElementCount) return;
+    await this.show(this.start);
+  }
+
+  /** Empty the page (another route chosen). */
+  clear(): void {
+    this.asked++;
+    this.next = null;
+    this.rows.clear();
+    $(`${this.spec.id}-next`).hidden = true;
+    $(this.spec.body).innerHTML = "";
+    $(this.spec.detail).hidden = true;
+  }
+
+  /** The whole message beside the list: headers and payload, wrapped within the panel. */
+  async detail(seq: string): Promise<void> {
+    const d = this.spec.detail;
+    const panel = $(d);
+    panel.hidden = false;
+    $(`${d}-title`).textContent = `message ${seq}`;
+    let resp: Response;
+    try {
+      resp = await getJson(`/api/messages/${seq}`);
+    } catch (err) {
+      $(`${d}-meta`).innerHTML = "";
+      $(`${d}-payload`).textContent = `API unreachable (${err instanceof Error ? err.message : err})`;
+      return;
+    }
+    if (!resp.ok) {
+      $(`${d}-meta`).innerHTML = "";
+      $(`${d}-payload`).textContent = await failure(resp);
+      return;
+    }
+    const m = await resp.json();
+    const row = this.rows.get(seq);
+    const meta: [string, unknown][] = [
+      ["subject", m.subject],
+      ["table", m.table],
+      ["stored", m.time_ms ? new Date(m.time_ms).toISOString() : "-"],
+      ["stager", m.state],
+      ["size", `${num(m.size)} bytes`],
+      ...(row && this.spec.meta ? this.spec.meta(row) : []),
+      ...Object.entries(m.headers ?? {}),
+    ];
+    $(`${d}-meta`).innerHTML = meta.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join("");
+    let payload = String(m.payload ?? "");
+    try {
+      payload = JSON.stringify(JSON.parse(payload), null, 2);
+    } catch {
+      // not JSON (a dead letter's cause, say): shown as it is
+    }
+    $(`${d}-payload`).textContent = payload;
+  }
+
+  bind(): void {
+    const { id, body, detail } = this.spec;
+    $(body).addEventListener("click", (ev) => {
+      const row = (ev.target as HTMLElement).closest("tr");
+      if (row?.dataset.seq) void this.detail(row.dataset.seq);
+    });
+    $(`${detail}-close`).addEventListener("click", () => {
+      $(detail).hidden = true;
+    });
+    $(id).addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const seq = Number(($(`${id}-seq`) as HTMLInputElement).value) || null;
+      void this.show(seq);
+    });
+    $(`${id}-next`).addEventListener("click", () => void this.show(this.next));
+  }
+}
+
+/** The stream as the stager sees it: acked, delivered or pending, and in the lake or not. */
+const streamExplorer = new Explorer({
+  id: "explorer",
+  body: "messages-body",
+  detail: "message-detail",
+  path: () => "/api/messages",
+  cells: (m) => `<td data-state="${esc(m.state)}">${esc(m.state)}</td><td>${m.in_lake ? "yes" : "no"}</td>`,
+});
+
+/** What a route did with a message (route/runner.py route_state). */
+const ROUTE_STATES: Record<string, string> = {
+  applied: "applied",
+  in_flight: "in flight",
+  pending: "pending",
+  dead_lettered: "dead-lettered",
+};
+
+/** The stream as the chosen route sees it: applied, in flight, pending or dead-lettered. */
+const routeExplorer = new Explorer({
+  id: "route-explorer",
+  body: "route-messages-body",
+  detail: "route-message-detail",
+  path: () => {
+    const name = currentRoute();
+    return name ? `/api/routes/${encodeURIComponent(name)}/messages` : null;
+  },
+  attrs: (m) => ` data-route-state="${esc(m.route_state)}"`,
+  cells: (m) => `<td class="left" data-state="${esc(m.route_state)}" data-testid="msg-route-state-${m.seq}">${esc(
+    ROUTE_STATES[m.route_state] ?? m.route_state,
+  )}</td>
+        <td class="ellipsis" title="${esc(m.route_reason ?? "")}">${esc(m.route_reason ?? "")}</td>`,
+  meta: (m) => [
+    ["route", ROUTE_STATES[m.route_state] ?? m.route_state],
+    ...(m.route_reason ? ([["dead-letter reason", m.route_reason]] as [string, unknown][]) : []),
+  ],
+  shown: (page) => {
+    const counts = new Map<string, number>();
+    for (const m of page.messages) counts.set(m.route_state, (counts.get(m.route_state) ?? 0) + 1);
+    $("route-explorer-summary").textContent = page.messages.length
+      ? "this page: " +
+        Object.keys(ROUTE_STATES)
+          .filter((k) => counts.get(k))
+          .map((k) => `${counts.get(k)} ${ROUTE_STATES[k]}`)
+          .join(" · ")
+      : "";
+  },
+});
+
+/** The explorers' table choices: the status's tables and those seen on a page (a route may
+ * take a table the lake has not got yet). */
+function syncTableChoices(tables: (string | null | undefined)[]): void {
+  for (const id of ["explorer-table", "route-explorer-table"]) {
+    const select = $(id) as HTMLSelectElement;
+    const have = new Set(Array.from(select.options).map((o) => o.value));
+    for (const t of tables) {
+      if (t && !have.has(t)) {
+        select.add(new Option(t, t));
+        have.add(t);
+      }
+    }
+  }
+}
+
+// --- routes ----------------------------------------------------------------------------------
+
+/** A route's state: paused (in the config or at run time), not started (no consumer on the
+ * bus yet: its process never ran) or running (its consumer exists). */
+function routeState(r: Json): string {
+  if (r.paused) return "paused";
+  return r.exists ? "running" : "not started";
+}
+
+let lastRoutes: Json[] | null = null;
+
+function routesNote(text: string): void {
+  const note = $("routes-note");
+  note.hidden = !text;
+  note.textContent = text;
+}
+
+/** The routes (GET /api/routes), while their page is shown; on a failure the page says why and
+ * keeps the last rows. */
+async function pollRoutes(): Promise<void> {
+  if (currentView() !== "routes") return;
+  let resp: Response;
+  try {
+    resp = await getJson("/api/routes");
+  } catch (err) {
+    routesNote(`routes unknown: API unreachable (${err instanceof Error ? err.message : err})`);
+    return;
+  }
+  if (!resp.ok) {
+    routesNote(`routes unknown: ${await failure(resp)}`);
+    return;
+  }
+  const data = await resp.json();
+  routesNote("");
+  lastRoutes = data.routes;
+  renderRoutes();
+}
+
+function renderRoutes(): void {
+  if (lastRoutes === null) return;
+  const chosen = currentRoute();
+  const rows = lastRoutes.map((r: Json) => {
+    const state = routeState(r);
+    const action = r.paused ? "resume" : "pause";
+    const n = esc(r.name);
+    return `<tr data-route-row="${n}"${r.name === chosen ? ' class="chosen"' : ""}>
+      <td><a class="name" href="#/routes/${encodeURIComponent(r.name)}" title="${n}: its messages"
+        data-testid="route-link-${n}">${n}</a></td>
+      <td class="left">${esc(r.sink)}</td>
+      <td class="left" data-state="${state.replace(" ", "_")}" data-testid="route-state-${n}"
+        title="${r.exists ? "its consumer is on the bus" : "no consumer on the bus yet"}">${state}</td>
+      <td data-testid="route-acked-${n}">${r.exists ? num(r.acked_seq) : "-"}</td>
+      <td>${r.exists ? num(r.delivered_seq) : "-"}</td>
+      <td data-testid="route-pending-${n}">${r.exists ? num(r.pending) : "-"}</td>
+      <td data-testid="route-inflight-${n}">${r.exists ? num(r.in_flight) : "-"}</td>
+      <td data-testid="route-dlq-${n}"${r.dead_letters ? ' data-state="dead_lettered"' : ""}>${num(r.dead_letters)}</td>
+      <td class="actions"><button data-route-action="${action}" data-route="${n}"
+        data-testid="route-${action}-${n}">${action}</button>
+      <button data-route-action="reprocess" data-route="${n}" data-testid="route-reprocess-${n}"
+        ${r.dead_letters ? "" : "disabled"} title="apply its dead letters through the sink again">re-process dead letters</button></td>
+    </tr>`;
+  });
+  $("routes-body").innerHTML = rows.length
+    ? rows.join("")
+    : `<tr><td colspan="9" class="muted">no route (routes in the config, or tidelake route add)</td></tr>`;
+  const route = chosen ? lastRoutes.find((r: Json) => r.name === chosen) : null;
+  if (chosen) {
+    const title = $("route-title");
+    title.textContent = chosen;
+    title.dataset.state = route ? routeState(route).replace(" ", "_") : "unknown";
+    title.title = route ? `${route.sink} · ${routeState(route)}` : "no such route";
+  }
+}
+
+function routesResult(kind: string, text: string): void {
+  const box = $("routes-result");
+  box.dataset.kind = kind;
+  box.textContent = text;
+  box.hidden = kind === "none";
+}
+
+async function routeAction(action: string, name: string): Promise<void> {
+  const path = `/api/routes/${encodeURIComponent(name)}/${action}`;
+  if (action === "reprocess") {
+    const route = lastRoutes?.find((r: Json) => r.name === name);
+    const count = route ? `the ${num(route.dead_letters)} dead letters` : "the dead letters";
+    if (!confirm(`re-process ${count} of route ${name} through its sink?`)) return;
+    routesResult("paused", `route ${name}: re-processing its dead letters…`);
+  }
+  let resp: Response;
+  try {
+    resp = await post(path);
+  } catch (err) {
+    routesResult("unreachable", `route ${name}: ${action} failed: API unreachable (${err instanceof Error ? err.message : err})`);
+    return;
+  }
+  if (!resp.ok) {
+    routesResult("down", `route ${name}: ${action} failed: ${await failure(resp)}`);
+  } else if (action === "reprocess") {
+    const r = await resp.json();
+    const reasons = Object.entries((r.reasons ?? {}) as Json).map(([k, v]) => `${k} ×${v}`);
+    routesResult(
+      r.still_failing ? "stale" : "ok",
+      `route ${name}: re-processed — ${num(r.applied)} applied, ${num(r.still_failing)} still failing` +
+        (reasons.length ? ` (${reasons.join(", ")})` : ""),
+    );
+  } else {
+    routesResult("none", "");
+  }
+  await pollRoutes();
+  if (action === "reprocess") void routeExplorer.refresh();
 }
 
 // --- views -----------------------------------------------------------------------------------
@@ -625,13 +907,46 @@ function currentTable(): string | null {
   return m ? decodeURIComponent(m[1]) : null;
 }
 
+/** The route whose messages are shown (#/routes/<name>). */
+function currentRoute(): string | null {
+  const m = location.hash.match(/^#\/routes\/(.+)$/);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function currentView(): "overview" | "table" | "routes" {
+  if (currentTable() !== null) return "table";
+  return /^#\/routes(\/|$)/.test(location.hash) ? "routes" : "overview";
+}
+
+let shownRoute: string | null = null;
+
 function route(): void {
+  const view = currentView();
   const table = currentTable();
-  $("view-overview").hidden = table !== null;
-  $("view-table").hidden = table === null;
-  document.title = table ? `${table} · tidelake` : "tidelake";
+  const chosen = currentRoute();
+  $("view-overview").hidden = view !== "overview";
+  $("view-table").hidden = view !== "table";
+  $("view-routes").hidden = view !== "routes";
+  for (const a of Array.from($("nav").querySelectorAll("a"))) {
+    a.classList.toggle("active", a.dataset.nav === (view === "routes" ? "routes" : "overview"));
+  }
+  $("windows").hidden = view === "routes"; // no charts there
+  document.title = table
+    ? `${table} · tidelake`
+    : view === "routes"
+      ? `${chosen ? `${chosen} · ` : ""}routes · tidelake`
+      : "tidelake";
   renderTablePage();
-  void pollHistory();
+  $("route-messages").hidden = chosen === null;
+  if (chosen !== shownRoute) {
+    shownRoute = chosen;
+    routeExplorer.clear();
+    $("route-explorer-summary").textContent = "";
+    if (chosen) void routeExplorer.show(Number(($("route-explorer-seq") as HTMLInputElement).value) || null);
+  }
+  renderRoutes();
+  if (view === "routes") void pollRoutes();
+  else void pollHistory();
 }
 
 function markWindow(): void {
@@ -667,19 +982,14 @@ export function start(): void {
       void deadLetter(target.dataset.dlqAction, target.dataset.seq);
     }
   });
-  $("messages-body").addEventListener("click", (ev) => {
-    const row = (ev.target as HTMLElement).closest("tr");
-    if (row?.dataset.seq) void showMessage(row.dataset.seq);
+  streamExplorer.bind();
+  routeExplorer.bind();
+  $("routes-body").addEventListener("click", (ev) => {
+    const target = ev.target as HTMLElement;
+    if (target.tagName === "BUTTON" && target.dataset.routeAction && target.dataset.route) {
+      void routeAction(target.dataset.routeAction, target.dataset.route);
+    }
   });
-  $("message-detail-close").addEventListener("click", () => {
-    $("message-detail").hidden = true;
-  });
-  $("explorer").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    const seq = Number(($("explorer-seq") as HTMLInputElement).value) || null;
-    void explore(seq);
-  });
-  $("explorer-next").addEventListener("click", () => void explore(explorerNext));
   window.addEventListener("hashchange", route);
   route();
   const loop = async (): Promise<void> => {

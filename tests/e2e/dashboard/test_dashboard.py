@@ -1,6 +1,7 @@
 """The dashboard in headless chromium: healthy, stale and API-down states, the charts'
 history after a reload and a restart of serve, the per-table page, the message explorer
-within the page, and a running pipeline whose table freshness the page follows.
+within the page, the routes page (each route's state and messages, pause and resume,
+re-processing its dead letters), and a running pipeline whose table freshness the page follows.
 
 The three states are built from the real record a pipeline leaves (a real nats-server with
 the stream, ``commits.jsonl``, heartbeat files) behind a real ``tidelake serve``; the last
@@ -15,10 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
+import yaml
 from apikit import (
     Pipeline,
     canal_row,
@@ -39,6 +42,8 @@ from tidelake.bus.server import EmbeddedNats, free_port
 from tidelake.config import load_config
 from tidelake.lake.ledger import BlockedDdl, Ledger
 from tidelake.pipeline.processes import StageProcess
+from tidelake.pipeline.webhook_receiver import WebhookReceiver
+from tidelake.route import runner as route_runner
 from tidelake.runtime.heartbeat import write_heartbeat
 
 _sites = itertools.count(1)
@@ -141,10 +146,11 @@ def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
 
 @pytest.fixture
 def site(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Callable[..., Site]]:
-    """``site(messages={table: n})``: a stream holding ``n`` messages per table, and serve."""
+    """``site(messages={table: n})``: a stream holding ``n`` messages per table, and serve;
+    ``routes`` are the config's ``routes``."""
     started: list[Site] = []
 
-    def make(messages: dict[str, int]) -> Site:
+    def make(messages: dict[str, int], routes: dict[str, Any] | None = None) -> Site:
         n = next(_sites)
         home = tmp_path / f"site{n}"
         port = free_port()
@@ -156,6 +162,7 @@ def site(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Callable[..., Site]]:
                 "stream": {"name": f"DASH{n}", "subjects": [f"dash{n}.>"]},
                 "dlq": {"name": f"DASHDLQ{n}", "subject_prefix": f"dashdlq{n}"},
             },
+            **({"routes": routes} if routes else {}),
         )
         cfg = load_config(config_path, environ={})
         pipe = Pipeline(home, cfg, config_path, nats, "", None)
@@ -547,3 +554,126 @@ def test_the_message_explorer_stays_within_the_page(
     assert box["x"] + box["width"] <= width
     page.get_by_test_id("messages").scroll_into_view_if_needed()
     assert screenshot(page, f"explorer-{width}").stat().st_size > 10_000
+
+
+def test_the_routes_page_shows_what_each_route_has_and_has_not_received(
+    page: Page, site: Callable[..., Site], tmp_path: Path
+) -> None:
+    """#/routes (issue 19): each route's sink, state, acknowledged sequence, pending, in-flight
+    and dead letters; a route's messages as it sees them (applied, in flight, pending,
+    dead-lettered with the reason) with the table filter and a start sequence; pause and resume
+    recorded in <home>/routes.yaml; its dead letters re-processed into the sink.
+
+    Route ``hook`` (into a webhook receiver here) has its consumer on the bus, taken as its
+    process would: seq 1 applied, seq 2 dead-lettered (and acknowledged), seq 3 delivered and
+    not yet acknowledged, the rest pending. Route ``idle`` never started: it has no consumer."""
+    key_file = tmp_path / "hook.key"
+    key_file.write_text("k3y")
+    receiver = WebhookReceiver("k3y").start()
+    try:
+        sink = {"kind": "webhook", "url": receiver.url, "signing_key_file": str(key_file)}
+        s = site(
+            {"shop.orders": 4, "shop.items": 2},
+            routes={"hook": {"sink": sink}, "idle": {"tables": ["shop.items"], "sink": sink}},
+        )
+        cfg = load_config(s.config_path, environ={})
+        prefix = cfg.bus.stream.subjects[0].removesuffix(">")
+        reason = "where: no column amount in shop.orders"
+
+        async def take() -> None:
+            nc = await connect(cfg.bus, s.nats.url)
+            try:
+                js = nc.jetstream()
+                await route_runner.ensure_consumer(js, cfg, "hook")
+                sub = await js.pull_subscribe_bind(
+                    route_runner.durable_name("hook"), stream=cfg.bus.stream.name
+                )
+                taken = await sub.fetch(3, timeout=5)
+                assert [m.metadata.sequence.stream for m in taken] == [1, 2, 3]
+                await js.publish(
+                    f"{route_runner.route_dlq_prefix(cfg, 'hook')}.{prefix}shop.orders",
+                    taken[1].data,
+                    headers=dlq.dlq_headers(reason, prefix + "shop.orders", 2, 1),
+                )
+                await taken[0].ack_sync()
+                await taken[1].ack_sync()  # dead-lettered, then acknowledged
+            finally:
+                await nc.close()
+
+        run_async(take())
+        s.beat()
+        page.on("dialog", lambda d: d.accept())
+        _open(page, s.url)
+        page.get_by_test_id("nav-routes").click()
+        expect(page.get_by_test_id("routes-page")).to_be_visible()
+        expect(page.get_by_test_id("overview")).to_be_hidden()
+        expect(page.get_by_test_id("route-state-hook")).to_have_text("running", timeout=15_000)
+        expect(page.get_by_test_id("route-state-idle")).to_have_text("not started")
+        expect(page.get_by_test_id("route-acked-hook")).to_have_text("2")
+        expect(page.get_by_test_id("route-inflight-hook")).to_have_text("1")
+        expect(page.get_by_test_id("route-pending-hook")).to_have_text("3")
+        expect(page.get_by_test_id("route-dlq-hook")).to_have_text("1")
+        expect(page.get_by_test_id("route-pending-idle")).to_have_text("-")
+        expect(page.get_by_test_id("route-reprocess-idle")).to_be_disabled()
+
+        page.get_by_test_id("route-link-hook").click()
+        expect(page.get_by_test_id("route-title")).to_have_text("hook")
+        rows = page.locator("#route-messages-body tr")
+        expect(rows).to_have_count(6, timeout=15_000)
+        states = {1: "applied", 2: "dead-lettered", 3: "in flight", 4: "pending", 6: "pending"}
+        for seq, state in states.items():
+            expect(page.get_by_test_id(f"msg-route-state-{seq}")).to_have_text(state)
+        expect(rows.nth(1)).to_have_attribute("data-route-state", "dead_lettered")
+        expect(rows.nth(1)).to_contain_text(reason)
+        expect(rows.nth(0)).not_to_contain_text("where:")
+        expect(page.get_by_test_id("route-explorer-summary")).to_have_text(
+            "this page: 1 applied · 1 in flight · 3 pending · 1 dead-lettered"
+        )
+        rows.nth(1).click()
+        expect(page.get_by_test_id("route-message-detail")).to_contain_text(reason)
+        assert screenshot(page, "routes").stat().st_size > 10_000
+
+        page.get_by_test_id("route-explorer-table").select_option("shop.items")
+        page.get_by_test_id("route-explorer").get_by_role("button", name="show").click()
+        expect(rows).to_have_count(2, timeout=15_000)
+        expect(rows.first).to_contain_text("shop.items")
+        page.get_by_test_id("route-explorer-table").select_option("")
+        page.locator("#route-explorer-seq").fill("3")
+        page.get_by_test_id("route-explorer").get_by_role("button", name="show").click()
+        expect(rows).to_have_count(4, timeout=15_000)
+        expect(rows.first.locator("[data-state]")).to_have_text("in flight")
+
+        registry = s.config_path.parent / "routes.yaml"
+
+        def paused() -> list[str]:
+            if not registry.exists():
+                return []
+            return (yaml.safe_load(registry.read_text()) or {}).get("paused") or []
+
+        page.get_by_test_id("route-pause-hook").click()
+        expect(page.get_by_test_id("route-state-hook")).to_have_text("paused", timeout=15_000)
+        assert paused() == ["hook"]
+        page.get_by_test_id("route-resume-hook").click()
+        expect(page.get_by_test_id("route-state-hook")).to_have_text("running", timeout=15_000)
+        assert paused() == []
+
+        page.get_by_test_id("route-reprocess-hook").click()
+        result = page.get_by_test_id("routes-result")
+        expect(result).to_contain_text("1 applied, 0 still failing", timeout=15_000)
+        expect(page.get_by_test_id("route-dlq-hook")).to_have_text("0", timeout=15_000)
+        expect(page.get_by_test_id("msg-route-state-3")).to_have_text("in flight")
+        assert [r["id"] for r in receiver.rows("shop.orders")] == ["1"]
+
+        # Back on the overview, its explorer (the same code) still pages the stream as the
+        # stager sees it.
+        page.get_by_test_id("nav").get_by_role("link", name="overview").click()
+        expect(page.get_by_test_id("overview")).to_be_visible()
+        expect(page.get_by_test_id("routes-page")).to_be_hidden()
+        page.get_by_test_id("explorer").get_by_role("button", name="show").click()
+        stream = page.locator("#messages-body tr")
+        expect(stream).to_have_count(6, timeout=15_000)
+        expect(stream.first.locator("[data-state]")).to_have_text("pending")
+        stream.first.click()
+        expect(page.get_by_test_id("message-detail")).to_contain_text("name-0")
+    finally:
+        receiver.stop()
