@@ -865,6 +865,12 @@ class RouteConfig(_Model):
         "UPDATE is taken when its new or old row matches (a row leaving the condition is "
         "deleted from the sink), a DELETE when its old row matches",
     )
+    compute: dict[str, str] = Field(
+        {},
+        description="column → SQL expression over the source row (amount * qty, "
+        "UPPER(code) || '-' || id, COALESCE(a, b), CASE WHEN … END): a column added before "
+        "mask, drop and rename",
+    )
     drop: list[str] = Field([], description="columns left out of the sink")
     rename: dict[str, str] = Field({}, description="column → name in the sink")
     mask: dict[str, Literal["hash", "mask"]] = Field(

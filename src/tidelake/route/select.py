@@ -15,8 +15,11 @@
    nothing); a DELETE is taken unless its old row is known not to match.
 3. **Key.** The event's key, else the route's ``keys`` for the table; without one the event
    is refused (dead-lettered with the reason): a sink applies by key.
-4. **Shape.** ``mask`` (the stage's personal-data functions: keyed HMAC or fixed text), then
-   ``drop`` and ``rename``. A key column can be renamed, not dropped or masked.
+4. **Shape.** ``compute`` adds columns from SQL expressions over the source row (exact
+   decimal arithmetic, ``||``/``CONCAT``, ``UPPER``/``LOWER``/``TRIM``, ``COALESCE``,
+   ``CASE``; the value's text), then ``mask`` (the stage's personal-data functions: keyed HMAC
+   or fixed text), ``drop`` and ``rename``. A key column can be renamed, not dropped or
+   masked.
 5. **Values.** Debezium JSON without schemas carries raw values; they are turned into their
    text form from the column's source type (``formats.debezium.value_text``), and refused
    when the type is unknown. Nothing is rounded or reinterpreted.
@@ -48,14 +51,38 @@ class RouteRefused(DecodeError):  # noqa: N818 -- a reason, dead-lettered
     """An event the route cannot forward (no key, a value without a type): dead-lettered."""
 
 
-def compile_condition(text: str) -> Condition:
-    """``where`` → a function of a row; :class:`ConfigError` for SQL this does not evaluate."""
+def _parse(text: str, what: str) -> exp.Expr:
     try:
         tree = sqlglot.parse_one(text)
     except sqlglot.errors.ParseError as exc:
-        raise ConfigError(f"where: not a SQL condition: {text!r}: {exc}") from exc
-    _check(tree, text)
+        raise ConfigError(f"{what}: not a SQL expression: {text!r}: {exc}") from exc
+    _check(tree, text, what)
+    return tree
+
+
+def compile_condition(text: str) -> Condition:
+    """``where`` → a function of a row; :class:`ConfigError` for SQL this does not evaluate."""
+    tree = _parse(text, "where")
     return lambda row: _truth(_eval(tree, row))
+
+
+def compile_expression(text: str, what: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """A ``compute`` expression → a function of a row giving the value's text (None: NULL).
+    Arithmetic is exact decimal (a quotient has 28 significant digits), ``||``/``CONCAT`` join
+    text, ``UPPER``/``LOWER``/``TRIM``, ``COALESCE``, ``CASE WHEN``; :class:`ConfigError` for
+    anything else."""
+    tree = _parse(text, what)
+    return lambda row: _text(_eval(tree, row))
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return str(value)
 
 
 _SUPPORTED = (
@@ -79,15 +106,28 @@ _SUPPORTED = (
     exp.Null,
     exp.Boolean,
     exp.Neg,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.DPipe,
+    exp.Concat,
+    exp.Upper,
+    exp.Lower,
+    exp.Trim,
+    exp.Coalesce,
+    exp.Case,
+    exp.If,
 )
 
 
-def _check(tree: exp.Expr, text: str) -> None:
+def _check(tree: exp.Expr, text: str, what: str) -> None:
     for node in tree.walk():
         if not isinstance(node, _SUPPORTED):
             raise ConfigError(
-                f"where: {type(node).__name__} is not supported in {text!r} (comparisons, AND, "
-                "OR, NOT, IN, IS NULL, LIKE and BETWEEN over columns and literals are)"
+                f"{what}: {type(node).__name__} is not supported in {text!r} (columns, literals, "
+                "comparisons, AND, OR, NOT, IN, IS NULL, LIKE, BETWEEN, + - * /, ||, CONCAT, "
+                "UPPER, LOWER, TRIM, COALESCE and CASE are)"
             )
 
 
@@ -109,6 +149,29 @@ def _compare(left: Any, right: Any) -> int | None:
         return (a > b) - (a < b)
     x, y = str(left), str(right)
     return (x > y) - (x < y)
+
+
+#: Exact sums, differences and products of any two values a column holds (DECIMAL(65) at
+#: most): an inexact one raises rather than rounds.
+_EXACT = decimal.Context(prec=200, traps=[decimal.Inexact, decimal.InvalidOperation])
+#: A quotient has 28 significant digits (Python's default context): the one rounded result.
+_QUOTIENT = decimal.Context(prec=28)
+
+
+def _arithmetic(
+    node: exp.Expr, a: decimal.Decimal | None, b: decimal.Decimal | None
+) -> decimal.Decimal | None:
+    """Exact decimal arithmetic; a quotient to 28 significant digits. NULL in, NULL out; a
+    division by zero is NULL (MySQL's rule)."""
+    if a is None or b is None:
+        return None
+    if isinstance(node, exp.Add):
+        return _EXACT.add(a, b)
+    if isinstance(node, exp.Sub):
+        return _EXACT.subtract(a, b)
+    if isinstance(node, exp.Mul):
+        return _EXACT.multiply(a, b)
+    return None if b == 0 else _QUOTIENT.divide(a, b)
 
 
 def _like(value: str, pattern: str) -> bool:
@@ -135,6 +198,35 @@ def _eval(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return None
     if isinstance(node, exp.Boolean):
         return bool(node.this)
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div):
+        left, right = _eval(node.this, row), _eval(node.expression, row)
+        return _arithmetic(node, _number(left), _number(right))
+    if isinstance(node, exp.DPipe):
+        parts = [_eval(node.this, row), _eval(node.expression, row)]
+        return None if None in parts else "".join(_text(p) or "" for p in parts)
+    if isinstance(node, exp.Concat):  # MySQL's CONCAT: NULL when any argument is
+        parts = [_eval(e, row) for e in node.expressions]
+        return None if None in parts else "".join(_text(p) or "" for p in parts)
+    if isinstance(node, exp.Upper | exp.Lower | exp.Trim):
+        value = _eval(node.this, row)
+        if value is None:
+            return None
+        text = _text(value) or ""
+        if isinstance(node, exp.Upper):
+            return text.upper()
+        return text.lower() if isinstance(node, exp.Lower) else text.strip(" ")
+    if isinstance(node, exp.Coalesce):
+        for e in (node.this, *node.expressions):
+            value = _eval(e, row)
+            if value is not None:
+                return value
+        return None
+    if isinstance(node, exp.Case):
+        for branch in node.args.get("ifs") or []:
+            if _truth(_eval(branch.this, row)):
+                return _eval(branch.args["true"], row)
+        default = node.args.get("default")
+        return None if default is None else _eval(default, row)
     if isinstance(node, exp.Not):
         inner = _eval(node.this, row)
         return None if inner is None else not inner
@@ -189,6 +281,10 @@ class RouteSelector:
     def __init__(self, route: RouteConfig, *, pii_key: bytes | None = None) -> None:
         self.route = route
         self.condition = compile_condition(route.where) if route.where else None
+        self.computed = {
+            column: compile_expression(text, f"compute.{column}")
+            for column, text in route.compute.items()
+        }
         self._ops = {Op(o) for o in route.ops}
         if "hash" in route.mask.values() and pii_key is None:
             raise ConfigError("mask: 'hash' needs a key: set TIDELAKE_STAGE__PII_KEY")
@@ -224,7 +320,7 @@ class RouteSelector:
             table=table,
             kind=kind,
             key=self._shape_key(key),
-            row=self._shape(image or {}, set(key)) if kind == "upsert" else None,
+            row=self._shape(self._compute(image or {}), set(key)) if kind == "upsert" else None,
             position=event.position.encode(),
             seq=event.seq,
             column_types=self._shape_types(event.column_types),
@@ -283,6 +379,12 @@ class RouteSelector:
             out[self.route.rename.get(column, column)] = value
         return out
 
+    def _compute(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The row with the ``compute`` columns added, each from the source row's values."""
+        if not self.computed:
+            return row
+        return {**row, **{column: fn(row) for column, fn in self.computed.items()}}
+
     def _mask(self, method: str, value: Any) -> str:
         if method == "hash":
             assert self._pii_key is not None  # checked in __init__
@@ -290,8 +392,10 @@ class RouteSelector:
         return mask_value(value)
 
     def _shape_types(self, types: Mapping[str, str]) -> dict[str, str]:
-        return {
+        shaped = {
             self.route.rename.get(c, c): (MASKED_TYPE if c in self.route.mask else t)
             for c, t in types.items()
             if c not in self.route.drop
         }
+        # A computed value is its text: a sink stores it as text.
+        return shaped | {self.route.rename.get(c, c): "text" for c in self.computed}

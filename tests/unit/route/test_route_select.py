@@ -10,7 +10,12 @@ import pytest
 from tidelake.config import RouteConfig
 from tidelake.errors import ConfigError
 from tidelake.events import ChangeEvent, Op, Position
-from tidelake.route.select import RouteRefused, RouteSelector, compile_condition
+from tidelake.route.select import (
+    RouteRefused,
+    RouteSelector,
+    compile_condition,
+    compile_expression,
+)
 
 SINK = {"kind": "redis"}
 
@@ -68,6 +73,9 @@ def event(
         ("amount = -1.5", {"amount": "-1.50"}, True),
         ("status = 'paid' AND amount > 10 OR status = 'vip'", {"status": "vip"}, True),
         ("NOT (status = 'paid')", {"status": "paid"}, False),
+        # Expressions in a condition: arithmetic over the row, functions of text.
+        ("amount * qty > 100", {"amount": "50.01", "qty": "2"}, True),
+        ("upper(status) = 'PAID'", {"status": "paid"}, True),
         # SQL's unknown: a NULL compared is neither true nor false; the row is not taken.
         ("amount > 10", {"amount": None}, False),
         ("NOT (amount > 10)", {"amount": None}, False),
@@ -80,7 +88,7 @@ def test_the_condition_is_sql_over_the_rows_values(
     assert expected is compile_condition(where)(row)
 
 
-@pytest.mark.parametrize("where", ["upper(status) = 'PAID'", "amount + 1 > 2", "SELECT 1"])
+@pytest.mark.parametrize("where", ["sqrt(amount) > 2", "status REGEXP 'a'", "SELECT 1"])
 def test_what_the_condition_cannot_evaluate_is_refused_at_start(where: str) -> None:
     with pytest.raises(ConfigError, match="where"):
         compile_condition(where)
@@ -207,3 +215,51 @@ def test_debezium_values_without_schemas_take_their_text_form_from_the_column_ty
     )
     with pytest.raises(RouteRefused, match="no source type"):
         RouteSelector(route()).select(untyped)
+
+
+@pytest.mark.parametrize(
+    ("expression", "row", "expected"),
+    [
+        ("amount * qty", {"amount": "12.50", "qty": "3"}, "37.50"),
+        # Exact beyond a float's digits, and beyond Python's default 28 digits.
+        (
+            "a + b",
+            {"a": "12345678901234567890.123456789", "b": "0.000000001"},
+            "12345678901234567890.123456790",
+        ),
+        (
+            "a * b",
+            {"a": "99999999999999999999999999999.9", "b": "10"},
+            "999999999999999999999999999999.0",
+        ),
+        ("a / 4", {"a": "1"}, "0.25"),
+        ("a / 0", {"a": "1"}, None),
+        ("upper(code) || '-' || id", {"code": "ab", "id": "7"}, "AB-7"),
+        ("concat(a, b)", {"a": "x", "b": None}, None),
+        ("coalesce(a, b, 'none')", {"a": None, "b": None}, "none"),
+        ("CASE WHEN amount > 100 THEN 'big' ELSE 'small' END", {"amount": "250.00"}, "big"),
+        ("CASE WHEN amount > 100 THEN 'big' END", {"amount": "5"}, None),
+        ("trim(lower(name))", {"name": "  Zoë "}, "zoë"),
+        ("qty - 1", {"qty": None}, None),
+    ],
+)
+def test_computed_columns(expression: str, row: dict[str, Any], expected: str | None) -> None:
+    assert expected == compile_expression(expression, "compute.x")(row)
+
+
+def test_a_computed_column_is_added_before_rename_and_typed_as_text() -> None:
+    selector = RouteSelector(
+        route(compute={"total": "amount * 2", "label": "status || '!'"}, rename={"total": "t"})
+    )
+    change = selector.select(event(Op.INSERT, {"id": "1", "status": "new", "amount": "1.10"}))
+    assert change is not None
+    assert change.row == {
+        "id": "1",
+        "status": "new",
+        "amount": "1.10",
+        "t": "2.20",
+        "label": "new!",
+    }
+    assert change.column_types["t"] == "text"
+    with pytest.raises(ConfigError, match=r"compute\.bad"):
+        RouteSelector(route(compute={"bad": "sqrt(amount)"}))
