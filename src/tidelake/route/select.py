@@ -4,8 +4,10 @@
 :class:`~tidelake.route.change.RowChange` its sink receives, or into nothing:
 
 1. **Tables and operations.** ``tables`` patterns (shell style, matched against
-   ``database.table``) and ``ops``; a DDL event is never forwarded (a sink evolves its tables
-   from the columns the rows bring).
+   ``database.table``) and ``ops``; a DDL event is not forwarded (a sink evolves its tables
+   from the columns the rows bring), except that one removing the table's rows (TRUNCATE,
+   DROP TABLE, DROP DATABASE) is dead-lettered with the reason: a sink does not apply it yet,
+   and must not go on silently holding rows the source no longer has.
 2. **Condition** (``where``). A SQL condition over the row's columns, parsed once with sqlglot
    and evaluated here (comparisons, ``AND``/``OR``/``NOT``, ``IN``, ``IS [NOT] NULL``,
    ``LIKE``, ``BETWEEN``). Values are compared as numbers when both sides read as numbers,
@@ -275,6 +277,20 @@ def _eval(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     raise AssertionError(f"unchecked node {type(node).__name__}")  # _check refuses it
 
 
+#: DDL that removes a table's rows: TRUNCATE, DROP TABLE, DROP DATABASE/SCHEMA.
+_REMOVES_ROWS = re.compile(
+    r"^\s*(?:/\*.*?\*/\s*)*(TRUNCATE|DROP\s+(TABLE|DATABASE|SCHEMA))\b", re.I | re.S
+)
+
+
+def removes_rows(event: ChangeEvent) -> bool:
+    """Whether a DDL event removes rows of its table (a sink holding them would differ from
+    the source from then on)."""
+    if (event.ddl_type or "").upper() in ("TRUNCATE", "ERASE"):
+        return True
+    return bool(event.ddl and _REMOVES_ROWS.match(event.ddl))
+
+
 class RouteSelector:
     """One route's tables, operations, condition, key and column shaping."""
 
@@ -299,10 +315,16 @@ class RouteSelector:
     def select(self, event: ChangeEvent) -> RowChange | None:
         """The change the sink gets for ``event``, or None when the route does not take it.
         Raises :class:`RouteRefused` for an event it takes but cannot forward."""
-        if event.op is Op.DDL or event.op not in self._ops:
-            return None
         table = event.table_id
-        if not self.takes_table(table):
+        if event.op is Op.DDL:
+            if self.takes_table(table) and removes_rows(event):
+                raise RouteRefused(
+                    f"route: {table}: {(event.ddl or event.ddl_type or '').strip()[:120]!r} "
+                    "removes the table's rows, which routes do not apply yet: the sink still "
+                    "holds them; clear them there, then discard this dead letter"
+                )
+            return None
+        if event.op not in self._ops or not self.takes_table(table):
             return None
         after = self._values(event, event.after)
         before = self._values(event, event.before)

@@ -263,3 +263,30 @@ def test_a_computed_column_is_added_before_rename_and_typed_as_text() -> None:
     assert change.column_types["t"] == "text"
     with pytest.raises(ConfigError, match=r"compute\.bad"):
         RouteSelector(route(compute={"bad": "sqrt(amount)"}))
+
+
+@pytest.mark.parametrize(
+    ("ddl", "ddl_type"),
+    [
+        ("TRUNCATE TABLE `shop`.`orders`", "TRUNCATE"),  # canal-json's type (TiCDC)
+        ("TRUNCATE shop.orders", None),  # Debezium's op t and our captures carry the SQL
+        ("DROP TABLE `orders`", "ERASE"),
+    ],
+)
+def test_ddl_removing_a_tables_rows_is_dead_lettered_not_ignored(
+    ddl: str, ddl_type: str | None
+) -> None:
+    """A sink does not apply it: it would go on holding rows the source no longer has."""
+    removal = ChangeEvent(
+        source="tidb",
+        database="shop",
+        table="orders",
+        op=Op.DDL,
+        position=Position((1,)),
+        ddl=ddl,
+        ddl_type=ddl_type,
+    )
+    with pytest.raises(RouteRefused, match="removes the table's rows"):
+        RouteSelector(route()).select(removal)
+    # A route that does not take the table is not concerned.
+    assert RouteSelector(route(tables=["shop.items"])).select(removal) is None
