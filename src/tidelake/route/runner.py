@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,8 +144,6 @@ class RouteRunner:
         cfg: Config,
         name: str,
         sink: Sink | None = None,
-        *,
-        sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
         self.cfg = cfg
         self.name = name
@@ -154,7 +152,6 @@ class RouteRunner:
         self.selector = RouteSelector(self.route, pii_key=pii_key)
         self.sink = sink if sink is not None else open_sink(name, self.route.sink)
         self.stats = RouteStats()
-        self._sleep = sleep
 
     # -- one batch
 
