@@ -11,8 +11,11 @@ destination; the route acknowledges the messages after that, never before.
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from tidelake.errors import TidelakeError, Transient
@@ -45,6 +48,23 @@ class RowChange:
         """The key as one stable text: values in the sorted order of the key's columns,
         ``\\x1f``-separated (``1`` and ``"1"`` are one key, as in the lake's delete log)."""
         return "\x1f".join(str(self.key[c]) for c in sorted(self.key))
+
+
+def scalar_text(value: Any) -> str | None:
+    """The text every sink writes for a value JSON has no type for: a DECIMAL exactly (a
+    float would round a DECIMAL(38, 18)), bytes as ``0x`` and hex, a date or time in ISO 8601,
+    a UUID; None for any other type. Raises ValueError for a NaN or infinite DECIMAL."""
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"{value!r} has no exact text")
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return None
 
 
 class SinkError(TidelakeError):

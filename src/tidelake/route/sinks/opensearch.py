@@ -84,12 +84,9 @@ its change, after the rest of the batch is applied. Any other answer: :class:`Si
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
-import uuid
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -97,7 +94,13 @@ import httpx
 import structlog
 
 from tidelake.config import OpenSearchSinkConfig
-from tidelake.route.change import ChangesRejected, RowChange, SinkError, SinkUnavailable
+from tidelake.route.change import (
+    ChangesRejected,
+    RowChange,
+    SinkError,
+    SinkUnavailable,
+    scalar_text,
+)
 from tidelake.route.sinks.pg_types import normalise
 
 log = structlog.get_logger(__name__)
@@ -271,18 +274,11 @@ def check_column(column: str) -> None:
 
 
 def _json_default(value: Any) -> str:
-    """JSON text of the values JSON has no type for (the webhook sink's forms)."""
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"{value!r} has no JSON form")
-        return str(value)  # exact: a float would round a DECIMAL(38, 18)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "0x" + bytes(value).hex()
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    raise TypeError(f"a {type(value).__name__} value cannot be sent to OpenSearch")
+    """JSON text of the values JSON has no type for (``route.change.scalar_text``)."""
+    text = scalar_text(value)
+    if text is None:
+        raise TypeError(f"a {type(value).__name__} value cannot be sent to OpenSearch")
+    return text
 
 
 def encode_value(value: Any, field: Mapping[str, Any]) -> Any:

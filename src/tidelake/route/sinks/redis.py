@@ -55,12 +55,9 @@ not expire.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
-import uuid
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 import redis
@@ -75,6 +72,7 @@ from tidelake.route.change import (
     RowChange,
     SinkError,
     SinkUnavailable,
+    scalar_text,
 )
 
 log = structlog.get_logger(__name__)
@@ -174,24 +172,9 @@ def tombstone_key(prefix: str, table: str) -> str:
     return f"{prefix}:{escape_part(table)}:{TOMBSTONES}"
 
 
-def _text(value: Any) -> str | None:
-    """The text of a value JSON has no type for (the webhook sink's forms); None if none."""
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"{value!r} has no JSON text")
-        return str(value)  # exact: a float would round a DECIMAL(38, 18)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "0x" + bytes(value).hex()
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return None
-
-
 def _json_default(value: Any) -> str:
     """``json.dumps``' fallback inside an object or array value."""
-    text = _text(value)
+    text = scalar_text(value)
     if text is None:
         raise TypeError(f"a {type(value).__name__} value cannot be stored in Redis")
     return text

@@ -64,12 +64,10 @@ dead-letters them.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import email.utils
 import hashlib
 import hmac
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -80,7 +78,7 @@ import structlog
 from tidelake.config import WebhookSinkConfig
 from tidelake.errors import ConfigError
 from tidelake.retry import backoff_s
-from tidelake.route.change import ChangesRejected, RowChange
+from tidelake.route.change import ChangesRejected, RowChange, scalar_text
 
 log = structlog.get_logger(__name__)
 
@@ -97,17 +95,15 @@ BODY_EXCERPT_CHARS = 200
 
 
 def _json_default(value: Any) -> Any:
-    """Values orjson does not write by itself: exact text for DECIMAL, ``0x`` hex for bytes."""
-    if isinstance(value, decimal.Decimal):
-        return str(value)  # exact: a float would round a DECIMAL(38, 18)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "0x" + bytes(value).hex()
+    """Values orjson does not write by itself: the sinks' text (``route.change.scalar_text``:
+    exact DECIMAL, ``0x`` hex bytes), a duration in seconds, a set as a list."""
+    text = scalar_text(value)
+    if text is not None:
+        return text
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, set | frozenset | tuple):
         return list(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
     return str(value)
 
 
