@@ -118,7 +118,11 @@ def test_pause_add_resume_remove_through_the_api(
 
         # Paused: nothing more is consumed; the explorer shows the rest pending.
         assert api.call("POST", "/api/routes/cache/pause")["paused"]
-        time.sleep(3)  # the route reads the registry between batches (every 2 s)
+        cache = stack.child("route-cache")
+        deadline = time.monotonic() + 30  # it reads the registry between batches (every 2 s)
+        while "route paused" not in cache.log_since_start():
+            assert time.monotonic() < deadline, cache.log_tail()
+            time.sleep(0.2)
         asyncio.run(env.publish(messages[first:]))
         time.sleep(4)
         assert first == _acked(env.cfg, "cache")
