@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from rich.console import Console
@@ -33,13 +33,15 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
-from tidelake.pipeline.demo_sinks import DemoSinks
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
+
+if TYPE_CHECKING:
+    from tidelake.pipeline.demo_sinks import DemoSinks
 
 
 @dataclass
@@ -354,6 +356,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 engines = QueryEngines(home).start_metastore()
             settings = merge_settings(settings, engines.settings())
         if opts.sinks:
+            from tidelake.pipeline.demo_sinks import DemoSinks  # the sinks extra (route/)
+
             with console.status("starting PostgreSQL, Redis and a webhook receiver"):
                 sinks = DemoSinks(home / "sinks").start()
             settings = merge_settings(settings, sinks.settings())

@@ -152,6 +152,14 @@ class RouteRunner:
         self.selector = RouteSelector(self.route, pii_key=pii_key)
         self.sink = sink if sink is not None else open_sink(name, self.route.sink)
         self.stats = RouteStats()
+        # The route's own series exist from the start, at 0 (a scrape sees "no retries").
+        for family in (
+            live.ROUTER_MESSAGES,
+            live.ROUTER_SINK_RETRIES,
+            live.ROUTER_ACKED_SEQ,
+            live.ROUTER_APPLY_SECONDS,
+        ):
+            family.labels(name)
 
     # -- one batch
 

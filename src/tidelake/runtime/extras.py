@@ -10,7 +10,9 @@ parts are extras (pyproject.toml ``[project.optional-dependencies]``):
 - ``s3``: staging on S3-compatible object storage (boto3);
 - ``trino``: Trino's client, for ``demo --trino`` (pipeline/trino.py);
 - ``kafka``: Kafka's client, for ``capture kafka``, ``demo --kafka`` and a Kafka bus
-  (``bus.kind: kafka``; docs/kafka.md).
+  (``bus.kind: kafka``; docs/kafka.md);
+- ``sinks``: the routes' clients (Redis, HTTP for webhooks and OpenSearch, PostgreSQL), for
+  ``route run``, ``route reprocess`` and ``demo --sinks`` (docs/routes.md).
 
 ``cli.main`` asks :func:`check_command` before a verb runs, so a verb that needs an extra
 fails at once with the ``pip install`` line, and maps a ``ModuleNotFoundError`` raised later
@@ -33,6 +35,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "s3": ("boto3", "botocore"),
     "trino": ("trino",),
     "kafka": ("aiokafka",),
+    "sinks": ("redis", "httpx"),
 }
 
 #: verb -> the extras it always needs.
@@ -51,6 +54,8 @@ VERB_EXTRAS: dict[str, tuple[str, ...]] = {
 #: (verb, sub-command) -> the extras it needs instead of the verb's own.
 SUBCOMMAND_EXTRAS: dict[tuple[str, str], tuple[str, ...]] = {
     ("capture", "kafka"): ("kafka",),
+    ("route", "run"): ("sinks",),
+    ("route", "reprocess"): ("sinks",),
 }
 
 #: (verb, option) -> (the values that need more, None for any value; the extras they add).
@@ -60,6 +65,7 @@ OPTION_EXTRAS: dict[tuple[str, str], tuple[frozenset[str] | None, tuple[str, ...
     ("demo", "--trino"): (None, ("trino",)),
     ("demo", "--kafka"): (None, ("kafka",)),
     ("demo", "--bus"): (frozenset({"kafka"}), ("kafka",)),
+    ("demo", "--sinks"): (None, ("sinks", "capture")),
     ("chaos", "--source"): (frozenset({"mariadb", "debezium"}), ("capture",)),
     ("chaos", "--stage-store"): (frozenset({"s3"}), ("s3",)),
 }

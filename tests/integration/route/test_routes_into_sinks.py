@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from tidelake.bus.server import EmbeddedNats
 from tidelake.config import load_config
 from tidelake.pipeline import redis as redis_server
 from tidelake.pipeline.demo_sinks import ROUTES, DemoSinks, statuses
-from tidelake.runtime.processes import ChildProcess, tidelake_argv
+from tidelake.runtime.processes import ChildProcess, free_port, tidelake_argv
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
 
 pytestmark = [
@@ -49,10 +50,14 @@ def sinks(tmp_path: Path) -> Iterator[DemoSinks]:
         sinks.stop()
 
 
-def _spawn(env: StageEnv, sinks: DemoSinks, *args: str, name: str) -> ChildProcess:
+def _spawn(
+    env: StageEnv, sinks: DemoSinks, *args: str, name: str, metrics_port: int | None = None
+) -> ChildProcess:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
     child_env["TIDELAKE_CONFIG"] = str(env.config_path)
     child_env.update(sinks.env())
+    if metrics_port is not None:
+        child_env["TIDELAKE_METRICS__PORT"] = str(metrics_port)
     proc = ChildProcess(
         name,
         tidelake_argv("route", *args),
@@ -61,6 +66,17 @@ def _spawn(env: StageEnv, sinks: DemoSinks, *args: str, name: str) -> ChildProce
         cwd=REPO,
     )
     return proc.start()
+
+
+def _metrics(port: int) -> str:
+    """A route process's own /metrics (it may still be binding its port)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"no /metrics on port {port}"
+            time.sleep(0.2)
 
 
 async def _api_post(env: StageEnv, sinks: DemoSinks, path: str) -> dict[str, Any]:
@@ -97,7 +113,12 @@ def test_three_routes_with_kills_a_replay_and_a_reprocess_equal_the_source(
     half = len(messages) // 2
     asyncio.run(env.publish(messages[:half]))
 
-    procs = {name: _spawn(env, sinks, "run", name, name=name) for name in ROUTES}
+    ports = {name: free_port() for name in ROUTES}
+    procs = {
+        name: _spawn(env, sinks, "run", name, name=name, metrics_port=ports[name])
+        for name in ROUTES
+    }
+    scraped: list[str] = []  # each route process's own /metrics, read before it goes
     try:
         # Each route killed -9 once while it works through the first half, then restarted.
         for name in ROUTES:
@@ -106,13 +127,32 @@ def test_three_routes_with_kills_a_replay_and_a_reprocess_equal_the_source(
                 assert procs[name].alive(), procs[name].log_tail()
                 assert time.monotonic() < deadline, f"{name} made no progress"
                 time.sleep(0.05)
+            scraped.append(_metrics(ports[name]))
             procs[name].kill()
-            procs[name] = _spawn(env, sinks, "run", name, name=f"{name}-2")
+            procs[name] = _spawn(
+                env, sinks, "run", name, name=f"{name}-2", metrics_port=ports[name]
+            )
         asyncio.run(env.publish(messages[half:]))
         _wait_caught_up(env, len(messages), procs)
+        scraped += [_metrics(ports[name]) for name in ROUTES]
     finally:
         for proc in procs.values():
             assert 0 == proc.stop(20), proc.log_tail()  # SIGTERM: a clean stop
+
+    # Every documented tidelake_router_* metric was sampled by a route process.
+    samples = {
+        line.split("{")[0].split(" ")[0]
+        for text in scraped
+        for line in text.splitlines()
+        if not line.startswith("#")
+    }
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    router = sorted(set(re.findall(r"`(tidelake_router_[a-z_]+)`", doc)))
+    assert len(router) >= 6
+    assert [] == [n for n in router if not ({n, f"{n}_bucket", f"{n}_count"} & samples)]
+    assert 'tidelake_router_dead_letters_total{reason="sink_rejected",route="hook"}' in "".join(
+        scraped
+    )
 
     before = statuses(env.cfg)
     # The receiver refused its first two requests (a bug of its own): their changes were
