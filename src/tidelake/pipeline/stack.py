@@ -46,7 +46,7 @@ from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_rec
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.config import Config, load_config
-from tidelake.errors import TidelakeError
+from tidelake.errors import ConfigError, TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
 from tidelake.route.registry import RouteRegistry
@@ -251,7 +251,11 @@ class LocalStack:
         removed (``route/registry.py``); what changed, as ``+name``/``-name``."""
         if self.on_kafka:
             return []
-        wanted = set(RouteRegistry(self.cfg).routes())
+        try:
+            wanted = set(RouteRegistry(self.cfg).routes())
+        except ConfigError as exc:  # a registry written badly by hand: keep what runs
+            log.warning("route registry unreadable; routes left as they are", error=str(exc))
+            return []
         running = {
             c.name.removeprefix("route-") for c in self.children if c.name.startswith("route-")
         }

@@ -41,7 +41,7 @@ from nats.js.errors import NotFoundError
 from tidelake import formats
 from tidelake.bus import dlq
 from tidelake.config import Config, RouteConfig
-from tidelake.errors import DecodeError
+from tidelake.errors import ConfigError, DecodeError
 from tidelake.route.change import ChangesRejected, RowChange, Sink, SinkUnavailable
 from tidelake.route.registry import RouteRegistry
 from tidelake.route.select import RouteSelector
@@ -291,8 +291,12 @@ class RouteRunner:
             while not stop.is_set():
                 beat()  # /healthz: the loop turns at least every fetch timeout
                 if time.monotonic() - looked >= REGISTRY_EVERY_S:
-                    now = RouteRegistry(self.cfg).routes().get(self.name)
                     looked = time.monotonic()
+                    try:
+                        now = RouteRegistry(self.cfg).routes().get(self.name)
+                    except ConfigError as exc:  # written badly by hand: go on as before
+                        log.warning("route registry unreadable", route=self.name, error=str(exc))
+                        now = self.route.model_copy(update={"paused": paused})
                     if now is None:
                         log.info("route removed; stopping", route=self.name)
                         break

@@ -67,3 +67,12 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="paused in the config file"):
         registry.resume("frozen")
     assert not (tmp_path / "routes.yaml").exists()  # nothing refused was written
+
+
+def test_a_registry_written_badly_by_hand_is_named(tmp_path: Path) -> None:
+    (tmp_path / "routes.yaml").write_text("added: {hook: {sink: {kind: nope}}}\n")
+    with pytest.raises(ConfigError, match="route hook"):
+        RouteRegistry(config(tmp_path)).routes()
+    (tmp_path / "routes.yaml").write_text("added: [\n")
+    with pytest.raises(ConfigError, match="cannot read the route registry"):
+        RouteRegistry(config(tmp_path)).routes()
