@@ -315,20 +315,14 @@ def create_app(
         return await _dlq("discard", seq)
 
     async def _on_bus(work: Callable[[Any], Awaitable[Any]]) -> Any:
-        from tidelake.bus.connection import connect
+        from tidelake.bus.connection import on_jetstream
 
         try:
-            nc = await connect(cfg.bus, reconnect=False)
-        except Exception as exc:
-            raise bus_failed(exc) from exc
-        try:
-            return await work(nc.jetstream())
+            return await on_jetstream(cfg.bus, work)
         except Exception as exc:
             if is_bus_error(exc):
                 raise bus_failed(exc) from exc
             raise
-        finally:
-            await nc.close()
 
     def _route(name: str) -> None:
         from tidelake.route.registry import RouteRegistry

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import nats
@@ -158,3 +159,16 @@ async def connect(cfg: BusConfig, url: str | None = None, *, reconnect: bool = T
         ) from exc
     log.debug("nats connected", url=redact_url(target))
     return nc
+
+
+_T = TypeVar("_T")
+
+
+async def on_jetstream(cfg: BusConfig, work: Callable[[Any], Awaitable[_T]]) -> _T:
+    """``work(js)`` on a connection of its own (no reconnect: an operator's one-off call),
+    closed afterwards."""
+    nc = await connect(cfg, reconnect=False)
+    try:
+        return await work(nc.jetstream())
+    finally:
+        await nc.close()

@@ -13,7 +13,7 @@ import asyncio
 import signal
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,7 +23,7 @@ from tidelake.cli.output import Column, print_json, print_table
 
 if TYPE_CHECKING:
     from tidelake.config import Config
-    from tidelake.route.runner import Reprocessed, RouteStats, RouteStatus
+    from tidelake.route.runner import RouteStats, RouteStatus
 
 console = Console()
 err_console = Console(stderr=True)
@@ -61,22 +61,18 @@ def _config(config: Path | None, name: str | None = None) -> Config:
 @route_app.command("list")
 def route_list(config: ConfigOption = None, json: JsonOption = False) -> None:
     """Each route: its sink, where its consumer stands on the stream, its dead letters."""
-    from tidelake.bus.connection import connect
+    from tidelake.bus.connection import on_jetstream
     from tidelake.route.registry import RouteRegistry
     from tidelake.route.runner import route_status
 
     cfg = _config(config)
 
-    async def collect() -> list[RouteStatus]:
-        nc = await connect(cfg.bus, reconnect=False)
-        try:
-            js = nc.jetstream()
-            names = sorted(RouteRegistry(cfg).routes())
-            return [await route_status(js, cfg, name) for name in names]
-        finally:
-            await nc.close()
+    names = sorted(RouteRegistry(cfg).routes())
 
-    statuses = asyncio.run(collect())
+    async def collect(js: Any) -> list[RouteStatus]:
+        return [await route_status(js, cfg, name) for name in names]
+
+    statuses = asyncio.run(on_jetstream(cfg.bus, collect))
     if json:
         print_json({"routes": [asdict(s) for s in statuses]})
         return
@@ -149,19 +145,12 @@ def route_replay(
 ) -> None:
     """Deliver the stream to a stopped route again from a sequence. What its sink already
     holds is not moved back: every sink applies by key with the source position as version."""
-    from tidelake.bus.connection import connect
+    from tidelake.bus.connection import on_jetstream
     from tidelake.route.runner import rewind
 
     cfg = _config(config, name)
 
-    async def main() -> None:
-        nc = await connect(cfg.bus, reconnect=False)
-        try:
-            await rewind(nc.jetstream(), cfg, name, from_seq)
-        finally:
-            await nc.close()
-
-    asyncio.run(main())
+    asyncio.run(on_jetstream(cfg.bus, lambda js: rewind(js, cfg, name, from_seq)))
     console.print(f"route {name} will read the stream again from sequence {from_seq}")
 
 
@@ -171,21 +160,16 @@ def route_reprocess(
 ) -> None:
     """Apply a route's dead letters again; remove each one that lands. Exit 1 when some still
     fail (they stay, with their new reason logged)."""
-    from tidelake.bus.connection import connect
+    from tidelake.bus.connection import on_jetstream
     from tidelake.route.runner import RouteRunner, reprocess
 
     cfg = _config(config, name)
 
-    async def main() -> Reprocessed:
-        nc = await connect(cfg.bus, reconnect=False)
-        runner = RouteRunner(cfg, name)
-        try:
-            return await reprocess(nc.jetstream(), runner)
-        finally:
-            runner.sink.close()
-            await nc.close()
-
-    result = asyncio.run(main())
+    runner = RouteRunner(cfg, name)
+    try:
+        result = asyncio.run(on_jetstream(cfg.bus, lambda js: reprocess(js, runner)))
+    finally:
+        runner.sink.close()
     if json:
         print_json({"route": name, **asdict(result)})
     else:

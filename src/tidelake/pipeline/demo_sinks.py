@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from tidelake.bus.connection import on_jetstream
 from tidelake.capture.servers import PostgresServer
 from tidelake.config import Config
 from tidelake.pipeline.redis import RedisServer
@@ -175,7 +176,7 @@ class DemoSinks:
         """Stop ``replica``, make it read the whole stream again, wait until it is through."""
         child = stack.child("route-replica")
         child.stop(30)
-        asyncio.run(_on_bus(stack.cfg, lambda js: rewind(js, stack.cfg, "replica", 1)))
+        asyncio.run(on_jetstream(stack.cfg.bus, lambda js: rewind(js, stack.cfg, "replica", 1)))
         self.faults.append("replay route replica from sequence 1")
         child.start()
         self.catch_up(stack, last_seq, timeout_s)
@@ -184,7 +185,7 @@ class DemoSinks:
         """Re-process ``hook``'s dead letters (the receiver works now); how many landed."""
         runner = RouteRunner(cfg, "hook")
         try:
-            done: Reprocessed = asyncio.run(_on_bus(cfg, lambda js: reprocess(js, runner)))
+            done: Reprocessed = asyncio.run(on_jetstream(cfg.bus, lambda js: reprocess(js, runner)))
         finally:
             runner.sink.close()
         if done.still_failing:
@@ -250,15 +251,5 @@ def statuses(cfg: Config) -> dict[str, RouteStatus]:
     async def read(js: Any) -> dict[str, RouteStatus]:
         return {name: await route_status(js, cfg, name) for name in ROUTES}
 
-    result: dict[str, RouteStatus] = asyncio.run(_on_bus(cfg, read))
+    result: dict[str, RouteStatus] = asyncio.run(on_jetstream(cfg.bus, read))
     return result
-
-
-async def _on_bus(cfg: Config, work: Any) -> Any:
-    from tidelake.bus.connection import connect
-
-    nc = await connect(cfg.bus, reconnect=False)
-    try:
-        return await work(nc.jetstream())
-    finally:
-        await nc.close()
