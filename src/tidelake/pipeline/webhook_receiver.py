@@ -15,15 +15,11 @@ from typing import Any
 
 import orjson
 
+from tidelake.route.change import key_text
 from tidelake.route.sinks.webhook import verify_signature
 
 #: How old a request's signed timestamp may be (the route signs each try afresh).
 SIGNATURE_TOLERANCE_S = 600
-
-
-def key_text(key: dict[str, Any]) -> str:
-    """A change's key as one text (``RowChange.key_text``'s rule)."""
-    return "\x1f".join(str(key[c]) for c in sorted(key))
 
 
 class WebhookReceiver(http.server.ThreadingHTTPServer):

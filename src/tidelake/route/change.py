@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol
@@ -22,6 +22,13 @@ from tidelake.errors import TidelakeError, Transient
 
 #: ``upsert`` writes ``row`` (an INSERT or an UPDATE of the source), ``delete`` removes the key.
 ChangeKind = Literal["upsert", "delete"]
+
+
+def key_text(key: Mapping[str, Any]) -> str:
+    """A key as one stable text: values in the sorted order of the key's columns,
+    ``\\x1f``-separated (``1`` and ``"1"`` are one key, as in the lake's delete log). Sinks
+    and webhook receivers name a row by it."""
+    return "\x1f".join(str(key[c]) for c in sorted(key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +52,8 @@ class RowChange:
     commit_ts_ms: int | None = None
 
     def key_text(self) -> str:
-        """The key as one stable text: values in the sorted order of the key's columns,
-        ``\\x1f``-separated (``1`` and ``"1"`` are one key, as in the lake's delete log)."""
-        return "\x1f".join(str(self.key[c]) for c in sorted(self.key))
+        """The key as one stable text (:func:`key_text`)."""
+        return key_text(self.key)
 
 
 def scalar_text(value: Any) -> str | None:
