@@ -65,7 +65,7 @@ def _parse(text: str, what: str) -> exp.Expr:
 def compile_condition(text: str) -> Condition:
     """``where`` → a function of a row; :class:`ConfigError` for SQL this does not evaluate."""
     tree = _parse(text, "where")
-    return lambda row: _truth(_eval(tree, row))
+    return lambda row: _truth(_evaluated(tree, row, "where", text))
 
 
 def compile_expression(text: str, what: str) -> Callable[[Mapping[str, Any]], str | None]:
@@ -74,7 +74,17 @@ def compile_expression(text: str, what: str) -> Callable[[Mapping[str, Any]], st
     text, ``UPPER``/``LOWER``/``TRIM``, ``COALESCE``, ``CASE WHEN``; :class:`ConfigError` for
     anything else."""
     tree = _parse(text, what)
-    return lambda row: _text(_eval(tree, row))
+    return lambda row: _text(_evaluated(tree, row, what, text))
+
+
+def _evaluated(tree: exp.Expr, row: Mapping[str, Any], what: str, text: str) -> Any:
+    """``tree`` on ``row``; a result exact arithmetic cannot give (a product past 200
+    digits, say) is :class:`RouteRefused` — the message is dead-lettered, never retried for
+    ever nor given a rounded value."""
+    try:
+        return _eval(tree, row)
+    except ArithmeticError as exc:
+        raise RouteRefused(f"route: {what} {text!r}: {type(exc).__name__} on this row") from exc
 
 
 def _text(value: Any) -> str | None:

@@ -290,3 +290,13 @@ def test_ddl_removing_a_tables_rows_is_dead_lettered_not_ignored(
         RouteSelector(route()).select(removal)
     # A route that does not take the table is not concerned.
     assert RouteSelector(route(tables=["shop.items"])).select(removal) is None
+
+
+def test_a_result_exact_arithmetic_cannot_give_is_dead_lettered_not_rounded() -> None:
+    """A product past 200 digits: the message goes to the route's dead letters with the
+    reason (a crash here would stop the route on the same message for ever)."""
+    selector = RouteSelector(route(compute={"square": "big * big"}))
+    huge = event(Op.INSERT, {"id": "1", "big": "9" * 150})
+    with pytest.raises(RouteRefused, match=r"compute\.square .*Inexact"):
+        selector.select(huge)
+    assert selector.select(event(Op.INSERT, {"id": "2", "big": "12"})) is not None
