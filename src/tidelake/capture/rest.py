@@ -29,6 +29,17 @@ rounding), and each value goes as canal-json text: strings as they are, numbers 
 booleans ``true``/``false``, objects and arrays as compact JSON text, null as NULL. A field's
 type is ``capture.rest.column_types[field]`` or ``longtext`` (the exact text).
 
+**What the rules rest on.** There is no one producer to read here, so the HTTP and JSON
+standards are the primary sources, and the integration test (tests/integration/capture/
+test_rest_capture.py) runs each against a real HTTP server: a JSON number is a decimal
+literal of any length (RFC 8259 §6), kept as written rather than read into a double; a
+``Link`` header's ``rel="next"`` names the next page (RFC 8288 §3); ``If-None-Match`` with
+the last ``ETag`` is answered ``304 Not Modified`` when nothing changed (RFC 9110 §13.1.2,
+§15.4.5). A cursor timestamp is ISO 8601 (Python's ``datetime.fromisoformat``), its
+fraction read to the nanosecond: digits past the ninth are left out of the position (two
+versions of a key whose cursors differ only there would share one), never out of a value,
+and the cursor text is sent back as it came.
+
 Test-only hook: ``TEST_TIDELAKE_REST_CRASH_AT=after_publish`` SIGKILLs the process after a
 poll's messages are acknowledged and before its cursor is saved.
 """

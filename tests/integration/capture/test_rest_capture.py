@@ -12,6 +12,10 @@ with an ETag (304 on ``If-None-Match``). The poller runs as a child process:
   the restart publishes the same versions under the same ``Nats-Msg-Id``: JetStream drops
   every copy, nothing is lost;
 * run until SIGTERM, an idle API answers 304 and a change arrives within a few polls.
+
+The server behaves as the standards the poller relies on say (capture/rest.py, "What the rules
+rest on"): numbers as JSON literals of any length (RFC 8259 §6), ``Link: <…>; rel="next"``
+(RFC 8288 §3), ``ETag``/``If-None-Match``/``304`` (RFC 9110 §13.1.2, §15.4.5).
 """
 
 from __future__ import annotations
