@@ -63,8 +63,9 @@ class DemoOptions:
     trino: bool = False
     #: ``"kafka"``: Kafka is the pipeline's bus (``bus.kind: kafka``; pipeline/demo_kafka.py).
     bus: str = "nats"
-    #: Three routes beside the lake — PostgreSQL, Redis, a webhook — each killed -9 once, a
-    #: replay and a dead-letter re-process; every destination verified (pipeline/demo_sinks.py).
+    #: Routes beside the lake — PostgreSQL, Redis, a webhook, OpenSearch when laid out — each
+    #: killed -9 once, a replay and a dead-letter re-process; every destination verified
+    #: (pipeline/demo_sinks.py).
     sinks: bool = False
 
 
@@ -356,10 +357,18 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 engines = QueryEngines(home).start_metastore()
             settings = merge_settings(settings, engines.settings())
         if opts.sinks:
+            from tidelake.pipeline import opensearch
             from tidelake.pipeline.demo_sinks import DemoSinks  # the sinks extra (route/)
 
-            with console.status("starting PostgreSQL, Redis and a webhook receiver"):
-                sinks = DemoSinks(home / "sinks").start()
+            search = opensearch.available()
+            if not search:
+                console.print(
+                    "[yellow]OpenSearch is not laid out[/] (scripts/setup with "
+                    "TIDELAKE_SETUP_TESTS=1): the demo runs without its route into it"
+                )
+            with console.status("starting PostgreSQL, Redis, OpenSearch and a webhook receiver"):
+                sinks = DemoSinks(home / "sinks", with_ddl=opts.with_ddl, opensearch=search)
+                sinks.start()
             settings = merge_settings(settings, sinks.settings())
             env = {**env, **sinks.env()}
         stack = LocalStack(home, settings=settings, env=env)
@@ -403,7 +412,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                     "rows_expected": c.rows_expected,
                     "rows_in_lake": c.rows_in_lake,
                     "mismatches": c.mismatches,
-                    "samples": c.samples,
+                    "samples": c.samples + c.schema,
                 }
         if engines is not None:
             with console.status("starting Trino and reading every table through it"):

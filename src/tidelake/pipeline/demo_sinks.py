@@ -13,15 +13,23 @@ While the workload streams, each route process is killed -9 once (its batch in f
 redelivered; the sinks' position guard makes the second application a no-op) and started
 again. Once every route has caught up, ``replica`` reads the whole stream again from sequence
 1 (a replay: nothing may move back), and ``hook``'s dead letters are re-processed. Then every
-destination is compared with the workload's expected final state, row by row.
+destination is compared with the workload's expected final state, row by row, and the columns
+each holds with the source's.
+
+With ``--with-ddl`` the workload changes its schema mid-stream (workload/ddl.py): ``replica``
+then takes every table of the database (tables created, renamed and dropped included), and each
+sink applies the DDL between the rows; the dead letters ``hook`` re-processes at the end predate
+the rename of ``orders.order_total``, so the receiver brings them forward.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +38,7 @@ import structlog
 from tidelake.bus.connection import on_jetstream
 from tidelake.capture.servers import PostgresServer
 from tidelake.config import Config
+from tidelake.pipeline.opensearch import OpenSearchServer
 from tidelake.pipeline.redis import RedisServer
 from tidelake.pipeline.stack import LocalStack
 from tidelake.pipeline.webhook_receiver import WebhookReceiver
@@ -41,21 +50,29 @@ from tidelake.route.runner import (
     rewind,
     route_status,
 )
+from tidelake.route.sinks.postgres import POSITION_COLUMN
 from tidelake.verify.compare import Comparison, compare_rows
 from tidelake.workload.orders import DATABASE, OrderWorkload
 
 log = structlog.get_logger(__name__)
 
 ROUTES = ("replica", "cache", "hook")
+#: The fourth route, into OpenSearch, when its node is laid out (scripts/setup, tests).
+SEARCH = "search"
 #: The tables each route takes.
 ROUTE_TABLES = {
     "replica": ("customers", "orders", "order_items"),
     "cache": ("customers", "orders"),
     "hook": ("orders",),
+    SEARCH: ("customers", "orders"),
 }
+#: The OpenSearch sink's index prefix in the demo.
+SEARCH_PREFIX = "demo-"
 SIGNING_KEY_ENV = "TIDELAKE_ROUTES__HOOK__SINK__SIGNING_KEY"
 #: The Redis sink's key prefix in the demo.
 REDIS_PREFIX = "demo"
+#: A Redis sink's own key after ``prefix:table:`` (a ``%`` escape of a key text is ``%XX``).
+SINK_KEY = re.compile(r"%(?![0-9A-F]{2})")
 #: The PostgreSQL database the replica writes to.
 REPLICA_DATABASE = "replica"
 
@@ -63,11 +80,15 @@ REPLICA_DATABASE = "replica"
 class DemoSinks:
     """The three destinations of ``demo --sinks``, their routes' settings and checks."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, with_ddl: bool = False, opensearch: bool = False) -> None:
         self.home = home
+        self.with_ddl = with_ddl
         self.signing_key = secrets.token_hex(16)
         self.postgres = PostgresServer(home / "postgres")
         self.redis = RedisServer(home / "redis")
+        self.opensearch = OpenSearchServer(home / "opensearch") if opensearch else None
+        #: The demo's routes, each its own process.
+        self.routes = ROUTES + ((SEARCH,) if opensearch else ())
         self.receiver = WebhookReceiver(self.signing_key, refuse=2)
         self.faults: list[str] = []
         self._killer: threading.Thread | None = None
@@ -75,6 +96,19 @@ class DemoSinks:
     # -- bring-up
 
     def start(self) -> DemoSinks:
+        node: threading.Thread | None = None
+        failed: list[BaseException] = []
+        if self.opensearch is not None:  # the slowest to start: while the others do
+
+            def start_node() -> None:
+                try:
+                    assert self.opensearch is not None
+                    self.opensearch.start()
+                except BaseException as exc:  # raised below, in the caller's thread
+                    failed.append(exc)
+
+            node = threading.Thread(target=start_node, daemon=True, name="opensearch")
+            node.start()
         self.postgres.start()
         conn = self.postgres.connect()
         conn.autocommit = True
@@ -83,10 +117,17 @@ class DemoSinks:
         conn.close()
         self.redis.start()
         self.receiver.start()
+        if node is not None:
+            node.join()
+            if failed:
+                raise failed[0]
         return self
 
     def stop(self) -> None:
-        for stop in (self.receiver.stop, self.redis.stop, self.postgres.remove):
+        stops = [self.receiver.stop, self.redis.stop, self.postgres.remove]
+        if self.opensearch is not None:
+            stops.append(self.opensearch.stop)
+        for stop in stops:
             try:
                 stop()
             except Exception as exc:  # one failing stop must not leave the others running
@@ -95,10 +136,24 @@ class DemoSinks:
     def settings(self) -> dict[str, Any]:
         """The ``routes`` section of the demo's config."""
         dsn = self.postgres.dsn.rsplit("/", 1)[0] + f"/{REPLICA_DATABASE}"
+        search = {}
+        if self.opensearch is not None:
+            search[SEARCH] = {
+                "tables": [f"{DATABASE}.{t}" for t in ROUTE_TABLES[SEARCH]],
+                "batch_size": 500,
+                "sink": {
+                    "kind": "opensearch",
+                    "url": self.opensearch.url,
+                    "index_prefix": SEARCH_PREFIX,
+                },
+            }
         return {
-            "routes": {
+            "routes": search
+            | {
                 "replica": {
-                    "tables": [f"{DATABASE}.{t}" for t in ROUTE_TABLES["replica"]],
+                    "tables": [f"{DATABASE}.*"]
+                    if self.with_ddl
+                    else [f"{DATABASE}.{t}" for t in ROUTE_TABLES["replica"]],
                     "batch_size": 500,
                     "sink": {"kind": "postgres", "dsn": dsn},
                 },
@@ -128,15 +183,16 @@ class DemoSinks:
 
     def kill_each_route_once(self, stack: LocalStack, events: int) -> None:
         """In a thread: kill -9 each route's process once it has acknowledged some of the
-        stream (a quarter, a half, three quarters of ``events``, one route each), and start
-        it again at once."""
+        stream (with three routes a quarter, a half, three quarters of ``events``, one route
+        each), and start it again at once."""
 
         def run() -> None:
-            for n, name in enumerate(ROUTES, start=1):
+            for n, name in enumerate(self.routes, start=1):
                 child = stack.child(f"route-{name}")
                 deadline = time.monotonic() + 300
                 while time.monotonic() < deadline:
-                    if statuses(stack.cfg)[name].acked_seq >= events * n // 4:
+                    now = statuses(stack.cfg, self.routes)[name].acked_seq
+                    if now >= events * n // (len(self.routes) + 1):
                         break
                     time.sleep(0.1)
                 else:
@@ -160,10 +216,10 @@ class DemoSinks:
         restarted, as ``tidelake run`` does)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            now = statuses(stack.cfg)
+            now = statuses(stack.cfg, self.routes)
             if all(s.acked_seq >= last_seq and s.in_flight == 0 for s in now.values()):
                 return
-            for name in ROUTES:
+            for name in self.routes:
                 child = stack.child(f"route-{name}")
                 if not child.alive():
                     log.warning("route exited; restarting", route=name, log=child.log_tail(5))
@@ -194,15 +250,22 @@ class DemoSinks:
         return done.applied
 
     def verify(self, workload: OrderWorkload) -> list[Comparison]:
-        """Every destination against the workload's expected final state."""
+        """Every destination against the workload's expected final state: the rows, and the
+        columns (none missing, none the source no longer has)."""
         out = []
-        for table in ROUTE_TABLES["replica"]:
+        replica = sorted(workload.schemas) if self.with_ddl else ROUTE_TABLES["replica"]
+        for table in replica:
             out.append(self._compare("postgres", workload, table, self._pg_rows(table)))
+        if self.with_ddl:
+            out.append(self._pg_gone(workload))
         for table in ROUTE_TABLES["cache"]:
-            out.append(self._compare("redis", workload, table, self._redis_rows(workload, table)))
+            out.append(self._compare("redis", workload, table, self._redis_rows(table)))
         for table in ROUTE_TABLES["hook"]:
             rows = self.receiver.rows(f"{DATABASE}.{table}")
             out.append(self._compare("webhook", workload, table, rows))
+        if self.opensearch is not None:
+            for table in ROUTE_TABLES[SEARCH]:
+                out.append(self._compare("opensearch", workload, table, self._documents(table)))
         return out
 
     def _compare(
@@ -210,9 +273,17 @@ class DemoSinks:
     ) -> Comparison:
         expected = workload.expected_rows()[f"{DATABASE}.{table}"]
         columns = list(workload.schemas[table])
-        return compare_rows(
+        result = compare_rows(
             f"{sink} {DATABASE}.{table}", workload.primary_keys[table], expected, rows, columns
         )
+        # A row may leave a NULL out (Redis, a webhook row, a document): no column beyond the
+        # source's. The sinks' own fields start with _tl_.
+        held = {c for row in rows for c in row if not c.startswith("_tl_")}
+        if sink == "postgres":
+            held = self._pg_columns(table)
+            result.schema += [f"column {c} missing" for c in columns if c not in held]
+        result.schema += [f"column {c} not in the source" for c in sorted(held - set(columns))]
+        return result
 
     def _pg_rows(self, table: str) -> list[dict[str, Any]]:
         conn = self.postgres.connect(REPLICA_DATABASE)
@@ -224,32 +295,92 @@ class DemoSinks:
         finally:
             conn.close()
 
-    def _redis_rows(self, workload: OrderWorkload, table: str) -> list[dict[str, Any]]:
+    def _pg_columns(self, table: str) -> set[str]:
+        """The replica table's columns, the sink's own left out."""
+        conn = self.postgres.connect(REPLICA_DATABASE)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = %s AND table_name = %s",
+                    (DATABASE, table),
+                )
+                return {str(r[0]) for r in cur.fetchall()} - {POSITION_COLUMN}
+        finally:
+            conn.close()
+
+    def _pg_gone(self, workload: OrderWorkload) -> Comparison:
+        """The replica's tables the source no longer has (dropped or renamed away)."""
+        conn = self.postgres.connect(REPLICA_DATABASE)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                    "AND table_name NOT LIKE '\\_tidelake\\_%%'",
+                    (DATABASE,),
+                )
+                held = {str(r[0]) for r in cur.fetchall()}
+        finally:
+            conn.close()
+        result = Comparison(f"postgres {DATABASE} tables")
+        result.schema = [
+            f"table {t} not in the source" for t in sorted(held - set(workload.schemas))
+        ]
+        return result
+
+    def _redis_rows(self, table: str) -> list[dict[str, Any]]:
         import redis
 
-        from tidelake.route.sinks.redis import row_key, tombstone_key
+        from tidelake.route.sinks.redis import row_key
 
         client = redis.Redis.from_url(self.redis.url, decode_responses=True)
-        columns = list(workload.schemas[table])
         try:
-            rows = []
+            rows: list[dict[str, Any]] = []
             table_id = f"{DATABASE}.{table}"
-            for name in client.scan_iter(match=row_key(REDIS_PREFIX, table_id, "") + "*"):
-                if name == tombstone_key(REDIS_PREFIX, table_id):
+            prefix = row_key(REDIS_PREFIX, table_id, "")
+            for name in client.scan_iter(match=prefix + "*"):
+                if SINK_KEY.match(name, len(prefix)):  # the sink's own (%tombstones …)
                     continue
-                stored = client.hgetall(name)
-                # NULL is an absent field (route/sinks/redis.py).
-                rows.append({c: stored.get(c) for c in columns})
+                # NULL is an absent field (route/sinks/redis.py); the position is the sink's.
+                rows.append({str(k): v for k, v in client.hgetall(name).items()})
             return rows
         finally:
             client.close()
 
+    def _documents(self, table: str) -> list[dict[str, Any]]:
+        """The live documents of ``table`` (the sink's filtered alias), read after a refresh."""
+        import httpx
 
-def statuses(cfg: Config) -> dict[str, RouteStatus]:
+        from tidelake.route.sinks.opensearch import alias_name
+
+        assert self.opensearch is not None
+        alias = alias_name(SEARCH_PREFIX, f"{DATABASE}.{table}")
+        rows: list[dict[str, Any]] = []
+        with httpx.Client(base_url=self.opensearch.url, timeout=60) as client:
+            client.post(f"/{alias}/_refresh").raise_for_status()
+            answer = client.post(
+                f"/{alias}/_search",
+                params={"scroll": "1m"},
+                json={"size": 1000, "query": {"match_all": {}}},
+            )
+            while True:
+                answer.raise_for_status()
+                body = answer.json()
+                hits = body["hits"]["hits"]
+                if not hits:
+                    break
+                rows += [hit["_source"] for hit in hits]
+                answer = client.post(
+                    "/_search/scroll", json={"scroll": "1m", "scroll_id": body["_scroll_id"]}
+                )
+        return rows
+
+
+def statuses(cfg: Config, routes: Sequence[str] = ROUTES) -> dict[str, RouteStatus]:
     """Each demo route's consumer position and dead letters."""
 
     async def read(js: Any) -> dict[str, RouteStatus]:
-        return {name: await route_status(js, cfg, name) for name in ROUTES}
+        return {name: await route_status(js, cfg, name) for name in routes}
 
     result: dict[str, RouteStatus] = asyncio.run(on_jetstream(cfg.bus, read))
     return result

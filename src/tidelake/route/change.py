@@ -11,6 +11,7 @@ destination; the route acknowledges the messages after that, never before.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
@@ -19,9 +20,11 @@ from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from tidelake.errors import TidelakeError, Transient
+from tidelake.lake.ddl import Operation
 
-#: ``upsert`` writes ``row`` (an INSERT or an UPDATE of the source), ``delete`` removes the key.
-ChangeKind = Literal["upsert", "delete"]
+#: ``upsert`` writes ``row`` (an INSERT or an UPDATE of the source), ``delete`` removes the key,
+#: ``schema`` is a DDL statement of the source (``operations``).
+ChangeKind = Literal["upsert", "delete", "schema"]
 
 
 def key_text(key: Mapping[str, Any]) -> str:
@@ -38,7 +41,7 @@ class RowChange:
     #: ``database.table`` of the source (``names.table_id``).
     table: str
     kind: ChangeKind
-    #: Primary-key column → value; never empty.
+    #: Primary-key column → value; never empty, except for a ``schema`` change.
     key: dict[str, Any]
     #: The whole row after the route's transforms (key columns included); None for a delete.
     row: dict[str, Any] | None
@@ -50,10 +53,80 @@ class RowChange:
     column_types: dict[str, str] = field(default_factory=dict)
     #: Commit time in milliseconds since the epoch, when the producer sent one.
     commit_ts_ms: int | None = None
+    #: A ``schema`` change's operations (``lake.ddl``, as the lake parses the statement), on
+    #: the route's tables only, columns named and typed as the sink sees them (after the
+    #: route's ``rename``, ``drop`` and ``mask``). Never an ``Unsupported`` or a ``NoOp``.
+    operations: tuple[Operation, ...] = ()
+    #: A ``schema`` change's statement, as the source ran it.
+    statement: str | None = None
 
     def key_text(self) -> str:
         """The key as one stable text (:func:`key_text`)."""
         return key_text(self.key)
+
+
+#: What a column operation does to a row written before it: ``("rename", old, new)``,
+#: ``("drop", name, None)``, ``("add", name, text)`` (the value rows existing then take, in the
+#: text form rows carry; None: NULL).
+ColumnStep = tuple[str, str, str | None]
+
+
+def column_steps(op: Operation, added: str | None = None) -> list[ColumnStep]:
+    """The :data:`ColumnStep` list of one operation (``added``: an ``AddColumn``'s value for
+    the rows existing then); none for an operation that changes no row's columns."""
+    from tidelake.lake import ddl
+
+    if isinstance(op, ddl.AddColumn):
+        return [("add", op.column.name, added)]
+    if isinstance(op, ddl.DropColumn):
+        return [("drop", op.name, None)]
+    if isinstance(op, ddl.RenameColumn):
+        return [("rename", op.old, op.new)]
+    if isinstance(op, ddl.ModifyColumn) and op.new_name and op.new_name != op.name:
+        return [("rename", op.name, op.new_name)]
+    return []
+
+
+def forward(change: RowChange, steps: Sequence[ColumnStep]) -> RowChange:
+    """A row change written before the schema changes ``steps`` come from (a dead letter
+    re-processed after them), in the shape its table has after them: renamed columns moved
+    (key columns too), dropped ones gone, added ones with the value rows existing then took.
+    So it lands as the source holds the row, not with the columns of its time."""
+    if not steps:
+        return change
+    key, row = dict(change.key), None if change.row is None else dict(change.row)
+    types = dict(change.column_types)
+    for kind, name, value in steps:
+        if kind == "rename" and value is not None:
+            for image in (key, row, types):
+                if image is not None and name in image:
+                    image[value] = image.pop(name)
+        elif kind == "drop":
+            types.pop(name, None)
+            if row is not None:
+                row.pop(name, None)
+        elif kind == "add" and row is not None and name not in row:
+            row[name] = value
+    return dataclasses.replace(change, key=key, row=row, column_types=types)
+
+
+def split_at_schema(
+    changes: Sequence[RowChange],
+) -> list[tuple[list[RowChange], RowChange | None]]:
+    """``changes`` (stream order) cut at each ``schema`` change: (the row changes before it,
+    the schema change), the last pair's schema change None. A sink applies each pair in
+    order, so that rows written before a DDL carry the columns of before and rows after it
+    those of after."""
+    pieces: list[tuple[list[RowChange], RowChange | None]] = []
+    rows: list[RowChange] = []
+    for change in changes:
+        if change.kind == "schema":
+            pieces.append((rows, change))
+            rows = []
+        else:
+            rows.append(change)
+    pieces.append((rows, None))
+    return pieces
 
 
 def scalar_text(value: Any) -> str | None:

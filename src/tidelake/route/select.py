@@ -4,10 +4,13 @@
 :class:`~tidelake.route.change.RowChange` its sink receives, or into nothing:
 
 1. **Tables and operations.** ``tables`` patterns (shell style, matched against
-   ``database.table``) and ``ops``; a DDL event is not forwarded (a sink evolves its tables
-   from the columns the rows bring), except that one removing the table's rows (TRUNCATE,
-   DROP TABLE, DROP DATABASE) is dead-lettered with the reason: a sink does not apply it yet,
-   and must not go on silently holding rows the source no longer has.
+   ``database.table``) and ``ops``. A DDL event becomes a ``schema`` change: its statement
+   parsed as the lake parses it (``lake/ddl.py``), keeping the operations on the route's
+   tables, their columns renamed, left out and masked as the rows' are; the sink applies it
+   in stream order between the rows (a table created, a column added with the value existing
+   rows take, renamed, retyped or dropped, a table truncated, renamed or dropped). A statement
+   the lake cannot map either is dead-lettered with the reason, as is a rename bringing into
+   the route's tables a table it never took.
 2. **Condition** (``where``). A SQL condition over the row's columns, parsed once with sqlglot
    and evaluated here (comparisons, ``AND``/``OR``/``NOT``, ``IN``, ``IS [NOT] NULL``,
    ``LIKE``, ``BETWEEN``). Values are compared as numbers when both sides read as numbers,
@@ -42,6 +45,7 @@ from tidelake.config import RouteConfig
 from tidelake.errors import ConfigError, DecodeError
 from tidelake.events import ChangeEvent, Op
 from tidelake.formats.debezium import value_text
+from tidelake.lake import ddl
 from tidelake.route.change import ChangeKind, RowChange
 from tidelake.stage.pii import MASKED_TYPE, hash_value, mask_value
 
@@ -287,20 +291,6 @@ def _eval(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     raise AssertionError(f"unchecked node {type(node).__name__}")  # _check refuses it
 
 
-#: DDL that removes a table's rows: TRUNCATE, DROP TABLE, DROP DATABASE/SCHEMA.
-_REMOVES_ROWS = re.compile(
-    r"^\s*(?:/\*.*?\*/\s*)*(TRUNCATE|DROP\s+(TABLE|DATABASE|SCHEMA))\b", re.I | re.S
-)
-
-
-def removes_rows(event: ChangeEvent) -> bool:
-    """Whether a DDL event removes rows of its table (a sink holding them would differ from
-    the source from then on)."""
-    if (event.ddl_type or "").upper() in ("TRUNCATE", "ERASE"):
-        return True
-    return bool(event.ddl and _REMOVES_ROWS.match(event.ddl))
-
-
 class RouteSelector:
     """One route's tables, operations, condition, key and column shaping."""
 
@@ -327,13 +317,7 @@ class RouteSelector:
         Raises :class:`RouteRefused` for an event it takes but cannot forward."""
         table = event.table_id
         if event.op is Op.DDL:
-            if self.takes_table(table) and removes_rows(event):
-                raise RouteRefused(
-                    f"route: {table}: {(event.ddl or event.ddl_type or '').strip()[:120]!r} "
-                    "removes the table's rows, which routes do not apply yet: the sink still "
-                    "holds them; clear them there, then discard this dead letter"
-                )
-            return None
+            return self._schema_change(event)
         if event.op not in self._ops or not self.takes_table(table):
             return None
         after = self._values(event, event.after)
@@ -358,6 +342,113 @@ class RouteSelector:
             column_types=self._shape_types(event.column_types),
             commit_ts_ms=event.commit_ts_ms,
         )
+
+    # -- DDL
+
+    def _schema_change(self, event: ChangeEvent) -> RowChange | None:
+        """A DDL event as the sink sees it: its operations on the route's tables, parsed as
+        the lake parses them (``lake/ddl.py``), columns renamed, left out and masked as rows
+        are; None when none of it concerns the route. Raises :class:`RouteRefused` for a
+        statement the lake cannot map either, or one bringing rows the route never took."""
+        ops: list[ddl.Operation] = []
+        for op in ddl.parse_ddl(event.ddl or "", ddl.dialect_for(event.source), event.database):
+            ops.extend(self._shape_operation(event, op))
+        if not ops:
+            return None
+        return RowChange(
+            table=event.table_id,
+            kind="schema",
+            key={},
+            row=None,
+            position=event.position.encode(),
+            seq=event.seq,
+            commit_ts_ms=event.commit_ts_ms,
+            operations=tuple(ops),
+            statement=event.ddl,
+        )
+
+    def _takes_database(self, database: str) -> bool:
+        return any(fnmatch.fnmatchcase(database, p.split(".", 1)[0]) for p in self.route.tables)
+
+    def _shape_operation(self, event: ChangeEvent, op: ddl.Operation) -> list[ddl.Operation]:
+        """``op`` as the route's sink sees it (none, one or, never more than, one)."""
+        statement = (event.ddl or "").strip()[:120]
+        if isinstance(op, ddl.NoOp | ddl.CreateDatabase):
+            return []
+        if isinstance(op, ddl.Unsupported):
+            if op.table is not None and not self.takes_table(op.table.table_id):
+                return []
+            if op.table is None and not self.takes_table(event.table_id):
+                return []
+            raise RouteRefused(f"route: {event.table_id}: {statement!r}: {op.reason}")
+        if isinstance(op, ddl.DropDatabase):
+            return [op] if self._takes_database(op.database) else []
+        if isinstance(op, ddl.RenameTable):
+            source, target = self.takes_table(op.table.table_id), self.takes_table(op.to.table_id)
+            if source and target:
+                return [op]
+            if source:  # the rows leave the route's tables
+                return [ddl.DropTable(op.table)]
+            if target:
+                raise RouteRefused(
+                    f"route: {op.to}: {statement!r} renames {op.table}, a table the route does "
+                    "not take, into one it takes: the sink never had its rows"
+                )
+            return []
+        if not self.takes_table(op.table.table_id):
+            return []
+        if isinstance(op, ddl.CreateTable):
+            return [
+                ddl.CreateTable(
+                    op.table,
+                    tuple(self._shape_spec(c) for c in op.columns if c.name not in self.route.drop),
+                    tuple(self._name(c) for c in op.primary_key),
+                    op.like,
+                )
+            ]
+        if isinstance(op, ddl.AddColumn):
+            if op.column.name in self.route.drop:
+                return []
+            return [ddl.AddColumn(op.table, self._shape_spec(op.column))]
+        if isinstance(op, ddl.DropColumn):
+            if op.name in self.route.drop:
+                return []
+            return [ddl.DropColumn(op.table, self._name(op.name))]
+        if isinstance(op, ddl.RenameColumn | ddl.ModifyColumn):
+            old = op.old if isinstance(op, ddl.RenameColumn) else op.name
+            new = op.new if isinstance(op, ddl.RenameColumn) else (op.new_name or op.name)
+            if old in self.route.drop:
+                return []  # the rows bring the new column, if the route keeps it
+            if new in self.route.drop:
+                return [ddl.DropColumn(op.table, self._name(old))]
+            if isinstance(op, ddl.RenameColumn):
+                if self._name(old) == self._name(new):
+                    return []
+                return [ddl.RenameColumn(op.table, self._name(old), self._name(new))]
+            renamed = self._name(new) if op.new_name else None
+            return [
+                ddl.ModifyColumn(
+                    op.table,
+                    self._name(old),
+                    MASKED_TYPE if old in self.route.mask else op.source_type,
+                    renamed if renamed != self._name(old) else None,
+                )
+            ]
+        return [op]  # TruncateTable, DropTable
+
+    def _name(self, column: str) -> str:
+        return self.route.rename.get(column, column)
+
+    def _shape_spec(self, spec: ddl.ColumnSpec) -> ddl.ColumnSpec:
+        method = self.route.mask.get(spec.name)
+        if method is None:
+            return ddl.ColumnSpec(self._name(spec.name), spec.source_type, spec.default)
+        default = spec.default
+        if default.kind == "value" and default.text is not None:
+            default = ddl.Default("value", self._mask(method, default.text))
+        elif default.kind != "value":
+            default = ddl.Default("expression", "masked")  # its values are masked per row
+        return ddl.ColumnSpec(self._name(spec.name), MASKED_TYPE, default)
 
     # -- parts
 

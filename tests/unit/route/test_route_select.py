@@ -10,6 +10,7 @@ import pytest
 from tidelake.config import RouteConfig
 from tidelake.errors import ConfigError
 from tidelake.events import ChangeEvent, Op, Position
+from tidelake.lake import ddl
 from tidelake.route.select import (
     RouteRefused,
     RouteSelector,
@@ -18,6 +19,7 @@ from tidelake.route.select import (
 )
 
 SINK = {"kind": "redis"}
+ORDERS = ddl.TableName("shop", "orders")
 
 
 def route(**fields: Any) -> RouteConfig:
@@ -94,21 +96,12 @@ def test_what_the_condition_cannot_evaluate_is_refused_at_start(where: str) -> N
         compile_condition(where)
 
 
-def test_tables_ops_and_ddl() -> None:
+def test_tables_and_ops() -> None:
     selector = RouteSelector(route(tables=["shop.ord*"], ops=["insert", "delete"]))
     row = {"id": "1", "status": "new"}
     assert selector.select(event(Op.INSERT, row)) is not None
     assert selector.select(event(Op.UPDATE, row)) is None  # op not taken
     assert selector.select(event(Op.INSERT, row, table="items")) is None  # table not taken
-    ddl = ChangeEvent(
-        source="tidb",
-        database="shop",
-        table="orders",
-        op=Op.DDL,
-        position=Position((1,)),
-        ddl="ALTER TABLE orders ADD COLUMN x INT",
-    )
-    assert selector.select(ddl) is None
 
 
 def test_a_row_leaving_the_condition_is_deleted_from_the_sink() -> None:
@@ -266,30 +259,78 @@ def test_a_computed_column_is_added_before_rename_and_typed_as_text() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ddl", "ddl_type"),
+    ("statement", "ddl_type", "expected"),
     [
-        ("TRUNCATE TABLE `shop`.`orders`", "TRUNCATE"),  # canal-json's type (TiCDC)
-        ("TRUNCATE shop.orders", None),  # Debezium's op t and our captures carry the SQL
-        ("DROP TABLE `orders`", "ERASE"),
+        # canal-json's type (TiCDC); Debezium's op t and our captures carry the SQL.
+        ("TRUNCATE TABLE `shop`.`orders`", "TRUNCATE", ddl.TruncateTable(ORDERS)),
+        ("TRUNCATE shop.orders", None, ddl.TruncateTable(ORDERS)),
+        ("DROP TABLE `orders`", "ERASE", ddl.DropTable(ORDERS)),
+        ("ALTER TABLE orders DROP COLUMN note", "ALTER", ddl.DropColumn(ORDERS, "note")),
+        # The route's rename: the sink's column has the route's name.
+        ("ALTER TABLE orders RENAME COLUMN email TO mail", "ALTER",
+         ddl.RenameColumn(ORDERS, "contact", "mail")),
+        # A column the route leaves out is not the sink's business.
+        ("ALTER TABLE orders DROP COLUMN secret", "ALTER", None),
+        ("CREATE INDEX i ON orders (note)", "CINDEX", None),
     ],
-)
-def test_ddl_removing_a_tables_rows_is_dead_lettered_not_ignored(
-    ddl: str, ddl_type: str | None
+)  # fmt: skip
+def test_ddl_becomes_the_schema_change_the_sink_applies(
+    statement: str, ddl_type: str | None, expected: ddl.Operation | None
 ) -> None:
-    """A sink does not apply it: it would go on holding rows the source no longer has."""
-    removal = ChangeEvent(
+    """A DDL event of a route's table reaches the sink as its operations, named as the
+    sink's columns are (``rename``, ``drop``); none of it when nothing concerns the sink."""
+    event_ = ChangeEvent(
         source="tidb",
         database="shop",
         table="orders",
         op=Op.DDL,
         position=Position((1,)),
-        ddl=ddl,
+        ddl=statement,
         ddl_type=ddl_type,
+        seq=7,
     )
-    with pytest.raises(RouteRefused, match="removes the table's rows"):
-        RouteSelector(route()).select(removal)
+    selector = RouteSelector(route(drop=["secret"], rename={"email": "contact"}))
+    change = selector.select(event_)
+    if expected is None:
+        assert change is None
+    else:
+        assert change is not None
+        assert (change.kind, change.operations, change.statement, change.seq) == (
+            "schema", (expected,), statement, 7
+        )  # fmt: skip
     # A route that does not take the table is not concerned.
-    assert RouteSelector(route(tables=["shop.items"])).select(removal) is None
+    assert RouteSelector(route(tables=["shop.items"])).select(event_) is None
+
+
+def test_ddl_the_lake_cannot_map_is_dead_lettered_with_its_reason() -> None:
+    """A primary-key change pauses a lake table; a route refuses it the same way."""
+    event_ = ChangeEvent(
+        source="tidb",
+        database="shop",
+        table="orders",
+        op=Op.DDL,
+        position=Position((1,)),
+        ddl="ALTER TABLE orders DROP PRIMARY KEY",
+    )
+    with pytest.raises(RouteRefused, match="orders"):
+        RouteSelector(route()).select(event_)
+
+
+def test_a_rename_into_the_routes_tables_is_refused_out_of_them_a_drop() -> None:
+    """The sink never had the rows of a table the route does not take."""
+    rename = ChangeEvent(
+        source="tidb",
+        database="shop",
+        table="orders",
+        op=Op.DDL,
+        position=Position((1,)),
+        ddl="RENAME TABLE shop.orders TO shop.orders_old",
+    )
+    change = RouteSelector(route(tables=["shop.orders"])).select(rename)
+    assert change is not None
+    assert change.operations == (ddl.DropTable(ORDERS),)
+    with pytest.raises(RouteRefused, match="never had its rows"):
+        RouteSelector(route(tables=["shop.orders_old"])).select(rename)
 
 
 def test_a_result_exact_arithmetic_cannot_give_is_dead_lettered_not_rounded() -> None:

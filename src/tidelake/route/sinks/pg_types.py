@@ -52,10 +52,20 @@ for an ``integer`` column, ``"1.5"`` for an ``integer`` or a zero date are refus
 server, never coerced), except ``bytea`` (bytes) and what PostgreSQL would round or cut without
 an error, which :func:`to_param` refuses with :class:`RefusedValueError`: more decimal places than
 a ``numeric(p,s)`` holds, more than 6 fractional seconds, a NUL character in text.
+
+A column added by the source's DDL with ``DEFAULT CURRENT_TIMESTAMP`` gives existing rows the
+DDL's commit time (:func:`current_timestamp_text`), to the second, as the lake does
+(``lake/evolve.py``). The sink knows no ``lake.source_timezone``: it reads every zone-less
+timestamp text as UTC (the session's ``TimeZone``), a MySQL ``TIMESTAMP``'s included. So a
+``timestamptz`` column gets the commit instant itself, exactly, written with its ``+00``
+offset (right whatever the source's zone); a wall-clock column (``DATETIME`` → ``timestamp``)
+gets that instant's UTC wall clock — the lake's value when ``lake.source_timezone`` is UTC,
+its default; a source whose sessions run in another zone wrote its own wall clock.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from decimal import Decimal, InvalidOperation
@@ -246,4 +256,17 @@ def to_param(value: Any, column_type: str, source_type: str | None = None) -> An
         raise RefusedValueError(
             f"{text!r} has more than 6 fractional digits: {column_type} would round it"
         )
+    return text
+
+
+def current_timestamp_text(commit_ts_ms: int, column_type: str) -> str:
+    """The text of the DDL commit time ``commit_ts_ms`` (milliseconds since the epoch) for a
+    column of ``column_type`` (its ``format_type``) added with ``DEFAULT CURRENT_TIMESTAMP``:
+    to the second, as the lake takes it; in UTC, with the ``+00`` offset for a
+    ``timestamptz`` (an instant) and without it for any other type (a wall clock, a date…)."""
+    instant = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=commit_ts_ms)
+    text = instant.strftime("%Y-%m-%d %H:%M:%S")
+    name, _, _ = normalise(column_type)
+    if name in ("timestamp with time zone", "timestamptz"):
+        return text + "+00"
     return text

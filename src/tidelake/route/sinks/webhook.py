@@ -13,7 +13,25 @@ bytes)::
                   "seq": 1042, "commit_ts_ms": 1718000000000,
                   "column_types": {"amount": "decimal(10,2)"}}, ...]}
 
-``op`` is ``upsert`` (``row`` holds the whole row) or ``delete`` (``row`` is null). Values a
+``op`` is ``upsert`` (``row`` holds the whole row), ``delete`` (``row`` is null) or
+``schema``: a DDL statement of the source, in stream order between the rows, with ``key``
+``{}``, ``row`` null, ``statement`` the source's text and ``operations`` what it does to the
+route's tables, as the lake parses it (``lake/ddl.py``), columns named as the route's rows
+name them::
+
+    {"table": "shop.orders", "op": "schema", "key": {}, "row": null, "position": "…",
+     "seq": 1077, "statement": "ALTER TABLE orders ADD COLUMN note varchar(40) DEFAULT 'n/a'",
+     "operations": [{"op": "add_column", "table": "shop.orders",
+                     "column": {"name": "note", "source_type": "varchar(40)",
+                                "default": {"kind": "value", "text": "n/a"}}}]}
+
+An operation's ``op`` is one of ``create_table`` (``columns``, ``primary_key``, ``like``),
+``add_column`` (``column``; ``default.kind`` ``value`` with the text existing rows take —
+null is NULL —, ``current_timestamp``: the statement's ``commit_ts_ms``, or ``expression``:
+computed per row by the source), ``drop_column`` (``name``), ``rename_column`` (``old``,
+``new``), ``modify_column`` (``name``, ``source_type``, ``new_name``), ``rename_table``
+(``to``), ``truncate_table``, ``drop_table`` and ``drop_database`` (``database``). A receiver
+keeping rows applies a truncate or drop at position P to the rows below P only. Values a
 JSON number or string cannot hold exactly are text: a DECIMAL is its exact decimal string,
 bytes are ``0x`` and hex, times are ISO 8601; ``column_types`` names the source SQL type of
 each column when the producer sent it, so a receiver can read such text back.
@@ -63,10 +81,12 @@ dead-letters them.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import email.utils
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -77,6 +97,7 @@ import structlog
 
 from tidelake.config import WebhookSinkConfig
 from tidelake.errors import ConfigError
+from tidelake.lake import ddl
 from tidelake.retry import backoff_s
 from tidelake.route.change import ChangesRejected, RowChange, scalar_text
 
@@ -121,25 +142,43 @@ def idempotency_key(route: str, changes: Sequence[RowChange]) -> str:
     return digest.hexdigest()
 
 
+def _operation_json(op: ddl.Operation) -> dict[str, Any]:
+    """One DDL operation as the body carries it (module docstring)."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, ddl.TableName):
+            return v.table_id
+        if isinstance(v, ddl.ColumnSpec | ddl.Default):
+            return {f.name: value(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple):
+            return [value(x) for x in v]
+        return v
+
+    name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()
+    return {"op": name} | {f.name: value(getattr(op, f.name)) for f in dataclasses.fields(op)}
+
+
+def _change_json(c: RowChange) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "table": c.table,
+        "op": c.kind,
+        "key": c.key,
+        "row": c.row,
+        "position": c.position,
+        "seq": c.seq,
+        "commit_ts_ms": c.commit_ts_ms,
+    }
+    if c.kind == "schema":
+        item["statement"] = c.statement
+        item["operations"] = [_operation_json(op) for op in c.operations]
+    else:
+        item["column_types"] = c.column_types
+    return item
+
+
 def encode_batch(route: str, batch_id: str, changes: Sequence[RowChange]) -> bytes:
     """The request body of one batch (module docstring)."""
-    document = {
-        "route": route,
-        "batch_id": batch_id,
-        "changes": [
-            {
-                "table": c.table,
-                "op": c.kind,
-                "key": c.key,
-                "row": c.row,
-                "position": c.position,
-                "seq": c.seq,
-                "commit_ts_ms": c.commit_ts_ms,
-                "column_types": c.column_types,
-            }
-            for c in changes
-        ],
-    }
+    document = {"route": route, "batch_id": batch_id, "changes": [_change_json(c) for c in changes]}
     return orjson.dumps(document, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
 
 

@@ -10,6 +10,7 @@ import pytest
 from tidelake.route.sinks.pg_types import (
     RefusedValueError,
     cast_type,
+    current_timestamp_text,
     normalise,
     pg_type,
     to_param,
@@ -159,3 +160,25 @@ def test_to_param_refuses_what_postgres_would_store_inexactly(
     """Rounding, cutting or reinterpreting a value is refused with the reason."""
     with pytest.raises(RefusedValueError, match=why):
         to_param(value, column, source)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "expected"),
+    [
+        ("timestamp with time zone", "2024-05-29 16:26:40+00"),
+        ("timestamptz", "2024-05-29 16:26:40+00"),
+        ("timestamp without time zone", "2024-05-29 16:26:40"),
+        ("date", "2024-05-29 16:26:40"),
+        ("text", "2024-05-29 16:26:40"),
+    ],
+)
+def test_current_timestamp_is_the_commit_time_to_the_second(
+    column_type: str, expected: str
+) -> None:
+    """As the lake takes it: the commit time cut to the second (never rounded up), in UTC;
+    an instant for ``timestamptz``, a wall clock otherwise."""
+    assert current_timestamp_text(1_717_000_000_999, column_type) == expected
+
+
+def test_current_timestamp_before_the_epoch() -> None:
+    assert current_timestamp_text(-1, "timestamp without time zone") == "1969-12-31 23:59:59"
