@@ -35,6 +35,8 @@ from tidelake.errors import ConfigError
 ENV_PREFIX = "TIDELAKE_"
 #: A route's name: part of its consumer's name, its dead-letter subject and env overrides.
 ROUTE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+#: A source's name (``sources.<name>``): part of its process's, cursor file's and log's names.
+SOURCE_NAME = ROUTE_NAME
 #: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
 SECRET_FIELDS = frozenset(
     {"password", "token", "secret_key", "access_key", "pii_key", "signing_key"}
@@ -589,12 +591,53 @@ class RestSourceConfig(_Model):
     def resolved_token(self) -> str | None:
         return _secret(self.token, self.token_file)
 
-    def state_path(self, home: Path) -> Path:
-        """Where the cursor is saved (``state_file``, else one file per table under home)."""
+    def state_path(self, home: Path, name: str | None = None) -> Path:
+        """Where the cursor is saved: ``state_file``, else, for the source ``sources.<name>``,
+        ``<home>/capture/sources/<name>.cursor.json``, else (``capture.rest``) one file per
+        table under home."""
         if self.state_file is not None:
             return self.state_file.resolve()
-        name = f"rest-{self.database}.{self.table}.json".replace("/", "_")
-        return (home / "capture" / name).resolve()
+        if name is not None:
+            return (home / "capture" / "sources" / f"{name}.cursor.json").resolve()
+        file = f"rest-{self.database}.{self.table}.json".replace("/", "_")
+        return (home / "capture" / file).resolve()
+
+
+class RestNamedSourceConfig(RestSourceConfig):
+    """``sources.<name>`` of kind ``rest``: a REST API polled as ``capture.rest`` is, run by
+    ``tidelake source run NAME`` and supervised by ``tidelake run`` (docs/rest-source.md,
+    Managed sources)."""
+
+    kind: Literal["rest"] = Field(
+        "rest", description="the kind of source: rest (an HTTP API polled by its cursor)"
+    )
+    url: str = Field(..., description="the API's list endpoint (http:// or https://)")
+    database: str = Field(..., min_length=1, description="database part of the records' table")
+    table: str = Field(..., min_length=1, description="table the records become")
+    paused: bool = Field(False, description="a paused source polls nothing; its cursor is kept")
+    token: SecretStr | None = Field(
+        None, description="env TIDELAKE_SOURCES__<NAME>__TOKEN: sent as Authorization: Bearer"
+    )
+    give_up_s: float = Field(
+        300.0,
+        gt=0,
+        description="how long one request is retried (connection errors, 5xx, 429) before the "
+        "poll counts as failed (the source polls again at its next interval)",
+    )
+    state_file: Path | None = Field(
+        None, description="saved cursor; default: <home>/capture/sources/<name>.cursor.json"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        return url
+
+
+#: A source of ``sources.<name>``, told apart by ``kind`` (only ``rest`` today).
+SourceConfig = RestNamedSourceConfig
 
 
 class CaptureConfig(_Model):
@@ -913,6 +956,11 @@ class Config(_Model):
     routes: dict[str, RouteConfig] = Field(
         {}, description="name → route: the stream's changes into other sinks (docs/routes.md)"
     )
+    sources: dict[str, SourceConfig] = Field(
+        {},
+        description="name → source: an HTTP API polled into the bus, each its own process "
+        "under `tidelake run` (docs/rest-source.md, Managed sources)",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
     )
@@ -932,6 +980,17 @@ class Config(_Model):
                     "starting with a letter (it names a JetStream consumer)"
                 )
         return routes
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, sources: dict[str, SourceConfig]) -> dict[str, SourceConfig]:
+        for name in sources:
+            if not SOURCE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"source name {name!r}: lower-case letters, digits, '-' and '_', "
+                    "starting with a letter (it names a process and a cursor file)"
+                )
+        return sources
 
     @field_validator("home")
     @classmethod

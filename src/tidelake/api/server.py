@@ -10,6 +10,9 @@ One FastAPI application (OpenAPI at ``/docs`` and ``/openapi.json``):
 * ``GET /api/messages[/{seq}]`` — the message explorer (delivered vs pending);
 * ``GET /api/dlq[/{seq}]``, ``POST /api/dlq/{seq}/replay|discard`` — dead letters;
 * ``POST /api/replay`` — republish the stream from a sequence or a time;
+* ``GET|POST /api/routes``, ``POST /api/routes/{name}/pause|resume``, ``DELETE
+  /api/routes/{name}`` — routes at run time (and ``/api/sources`` likewise for the REST
+  sources: docs/rest-source.md, Managed sources);
 * ``/`` — the dashboard (static files built from ``dashboard/`` into ``api/static/``).
 
 It binds 127.0.0.1 by default. Off loopback a bearer token is required (``api.token``, env
@@ -98,6 +101,13 @@ class RouteRequest(BaseModel):
 
     name: str
     route: dict[str, Any]
+
+
+class SourceRequest(BaseModel):
+    """A source added at run time: its name and its settings, as under ``sources.<name>``."""
+
+    name: str
+    source: dict[str, Any]
 
 
 class ReplayRequest(BaseModel):
@@ -434,6 +444,63 @@ def create_app(
         finally:
             runner.sink.close()
         return {"route": name, **dataclasses.asdict(result)}
+
+    def _source(name: str) -> None:
+        from tidelake.capture.source_registry import SourceRegistry
+
+        if name not in _registry_change(lambda: SourceRegistry(cfg).sources()):
+            raise HTTPException(404, f"no source {name!r}")
+
+    @app.get("/api/sources", tags=["sources"], dependencies=auth)
+    async def sources() -> dict[str, Any]:
+        """Each source (docs/rest-source.md, Managed sources): its table, state, saved
+        cursor, last poll and last success, totals (polls, records read and published,
+        duplicates, failed polls) and its last error."""
+        from tidelake.capture.source_runner import source_statuses
+
+        statuses = await asyncio.to_thread(_registry_change, lambda: source_statuses(cfg))
+        return {"sources": [dataclasses.asdict(s) for s in statuses]}
+
+    @app.post("/api/sources", tags=["sources"], dependencies=auth)
+    async def source_add(body: SourceRequest) -> dict[str, Any]:
+        """Add a source at run time (``<home>/sources.yaml``); ``tidelake run`` starts its
+        process within seconds. Secrets only through ``token_file``."""
+        from tidelake.capture.source_registry import SourceRegistry
+
+        source = _registry_change(lambda: SourceRegistry(cfg).add(body.name, body.source))
+        return {
+            "source": body.name,
+            "kind": source.kind,
+            "table": f"{source.database}.{source.table}",
+            "added": True,
+        }
+
+    @app.post("/api/sources/{name}/pause", tags=["sources"], dependencies=auth)
+    async def source_pause(name: str) -> dict[str, Any]:
+        """Pause a source: it stops polling within seconds; its cursor stays where it is."""
+        from tidelake.capture.source_registry import SourceRegistry
+
+        _source(name)
+        _registry_change(lambda: SourceRegistry(cfg).pause(name))
+        return {"source": name, "paused": True}
+
+    @app.post("/api/sources/{name}/resume", tags=["sources"], dependencies=auth)
+    async def source_resume(name: str) -> dict[str, Any]:
+        """Resume a source paused at run time: it polls from its saved cursor."""
+        from tidelake.capture.source_registry import SourceRegistry
+
+        _source(name)
+        _registry_change(lambda: SourceRegistry(cfg).resume(name))
+        return {"source": name, "paused": False}
+
+    @app.delete("/api/sources/{name}", tags=["sources"], dependencies=auth)
+    async def source_remove(name: str) -> dict[str, Any]:
+        """Remove a source: its process exits; its cursor file stays."""
+        from tidelake.capture.source_registry import SourceRegistry
+
+        _source(name)
+        _registry_change(lambda: SourceRegistry(cfg).remove(name))
+        return {"source": name, "removed": True}
 
     @app.post("/api/capture/snapshot", tags=["capture"], dependencies=auth)
     async def capture_snapshot(body: SnapshotRequest) -> dict[str, Any]:

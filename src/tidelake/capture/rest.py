@@ -278,14 +278,20 @@ class Plan:
     stale: int = 0
 
 
-def plan(records: Iterable[Mapping[str, Any]], rcfg: RestSourceConfig, state: RestState) -> Plan:
-    """The changes of a poll in (cursor, key) order, one per record version."""
+def plan(
+    records: Iterable[Mapping[str, Any]],
+    rcfg: RestSourceConfig,
+    state: RestState,
+    where: str = "capture.rest",
+) -> Plan:
+    """The changes of a poll in (cursor, key) order, one per record version (``where``: the
+    settings' place in the config, for messages)."""
     out = Plan()
     by_identity: dict[tuple[int, str], Change] = {}
     for record in records:
         if rcfg.cursor_field not in record or record[rcfg.cursor_field] is None:
             raise RestSourceError(
-                f"a record has no cursor field {rcfg.cursor_field!r} (capture.rest.cursor_field)"
+                f"a record has no cursor field {rcfg.cursor_field!r} ({where}.cursor_field)"
             )
         position = cursor_position(record[rcfg.cursor_field], rcfg.cursor_type)
         key = tuple(value_text(record.get(k)) for k in rcfg.primary_key)
@@ -361,6 +367,8 @@ def encode(change: Change, rcfg: RestSourceConfig, encoder: CanalEncoder) -> Out
 
 @dataclass
 class RestSourceStats:
+    """What one poller did since it started (``/metrics``: ``runtime/live_metrics.py``)."""
+
     polls: int = 0
     pages: int = 0
     not_modified: int = 0
@@ -370,6 +378,15 @@ class RestSourceStats:
     seen: int = 0
     stale: int = 0
     saves: int = 0
+    #: Polls that failed (``capture/source_runner.py`` counts them and polls again), by kind.
+    errors: dict[str, int] = field(default_factory=dict)
+    #: When the last poll ended, and the last one that succeeded (Unix ms; 0 = not yet).
+    last_poll_ms: int = 0
+    last_success_ms: int = 0
+    #: The saved cursor's position (nanoseconds since 1970 or the integer), None = none yet.
+    position: int | None = None
+    cursor_type: str = "timestamp"
+    paused: bool = False
 
 
 def _crash_point(point: str) -> None:
@@ -379,16 +396,29 @@ def _crash_point(point: str) -> None:
 
 
 class RestSource:
-    """Polls one endpoint every ``interval_s`` until :meth:`request_stop` (or once)."""
+    """Polls one endpoint every ``interval_s`` until :meth:`request_stop` (or once).
 
-    def __init__(self, cfg: Config, bus_url: str | None = None) -> None:
-        rcfg = cfg.capture.rest
+    ``capture.rest`` by default; with ``name`` and ``rcfg``, the source ``sources.<name>``
+    (its cursor in a file of its own: :meth:`RestSourceConfig.state_path`)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        bus_url: str | None = None,
+        *,
+        name: str | None = None,
+        rcfg: RestSourceConfig | None = None,
+    ) -> None:
+        if (name is None) != (rcfg is None):
+            raise ValueError("a named source takes its settings (rcfg), and only it")
+        rcfg = rcfg if rcfg is not None else cfg.capture.rest
+        where = f"sources.{name}" if name is not None else "capture.rest"
         if not rcfg.url:
-            raise ConfigError("capture.rest.url is not set")
+            raise ConfigError(f"{where}.url is not set")
         if not rcfg.url.startswith(("http://", "https://")):
-            raise ConfigError(f"capture.rest.url: not an http(s) URL: {rcfg.url!r}")
+            raise ConfigError(f"{where}.url: not an http(s) URL: {rcfg.url!r}")
         if not rcfg.database or not rcfg.table:
-            raise ConfigError("capture.rest: set database and table (the table the records become)")
+            raise ConfigError(f"{where}: set database and table (the table the records become)")
         if importlib.util.find_spec("httpx") is None:
             raise ConfigError("capture rest needs httpx: pip install 'tidelake[capture]'")
         crash = os.environ.get(CRASH_HOOK_ENV)
@@ -396,10 +426,12 @@ class RestSource:
             raise ConfigError(f"{CRASH_HOOK_ENV} must be one of {sorted(CRASH_POINTS)}")
         self.cfg = cfg
         self.rcfg = rcfg
+        self.name = name
+        self.where = where
         self.bus_url = bus_url or cfg.bus.url
         self.table_id = table_id(rcfg.database, rcfg.table)
-        self.store = PositionStore(rcfg.state_path(cfg.home))
-        self.stats = RestSourceStats()
+        self.store = PositionStore(rcfg.state_path(cfg.home, name))
+        self.stats = RestSourceStats(cursor_type=rcfg.cursor_type)
         self._encoder = CanalEncoder(SOURCE)
         self._stop = asyncio.Event()
         #: (first request's URL, its ETag): sent as If-None-Match when the same URL is asked
@@ -417,13 +449,15 @@ class RestSource:
         if state.table != self.table_id:
             raise ConfigError(
                 f"{self.store.path} holds the cursor of {state.table}, not {self.table_id}: "
-                "set capture.rest.state_file to a file of this table"
+                f"set {self.where}.state_file to a file of this table"
             )
+        self.stats.position = state.position
         return state
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
+    def client(self) -> httpx.AsyncClient:
+        """The HTTP client of the polls (bearer token, ``headers``, ``timeout_s``)."""
         import httpx
 
         headers = {"Accept": "application/json", **self.rcfg.headers}
@@ -525,13 +559,14 @@ class RestSource:
         else:
             raise RestSourceError(
                 f"GET {rcfg.url}: more than {rcfg.max_pages} pages in one poll "
-                "(capture.rest.max_pages; does the API ignore the page parameter?)"
+                f"({self.where}.max_pages; does the API ignore the page parameter?)"
             )
         return out
 
     # -- polls ----------------------------------------------------------------------------------
 
-    def _on_acked(self, acked: Acked) -> None:
+    def on_acked(self, acked: Acked) -> None:
+        """The publisher's callback: one message stored in the bus."""
         self.stats.published += 1
         self.stats.duplicates += int(acked.duplicate)
 
@@ -541,8 +576,9 @@ class RestSource:
         state = self.load_state()
         records = await self.fetch(client, state)
         self.stats.polls += 1
+        self.stats.last_poll_ms = int(time.time() * 1000)
         self.stats.records += len(records)
-        planned = plan(records, self.rcfg, state)
+        planned = plan(records, self.rcfg, state, self.where)
         self.stats.seen += planned.seen
         self.stats.stale += planned.stale
         if planned.stale:
@@ -561,8 +597,10 @@ class RestSource:
         new = next_state(state, planned.changes)
         self.store.save(new.to_dict())
         self.stats.saves += 1
+        self.stats.position = new.position
         log.info(
             "rest poll",
+            source=self.name or "capture.rest",
             table=self.table_id,
             published=len(planned.changes),
             cursor=new.cursor,
@@ -570,7 +608,8 @@ class RestSource:
         )
         return len(planned.changes)
 
-    async def _ensure_bus(self) -> None:
+    async def ensure_bus(self) -> None:
+        """The streams (or topics) the source publishes to exist."""
         if self.cfg.bus.kind == "kafka":
             from tidelake.bus.kafka import ensure_topics
 
@@ -588,10 +627,10 @@ class RestSource:
     async def run(self, *, once: bool = False) -> RestSourceStats:
         """Poll every ``interval_s`` until stopped (``once``: one poll)."""
         self.load_state()  # a wrong state file stops it before anything is published
-        await self._ensure_bus()
-        publisher = await open_publisher(self.cfg.bus, self.bus_url, on_acked=self._on_acked)
+        await self.ensure_bus()
+        publisher = await open_publisher(self.cfg.bus, self.bus_url, on_acked=self.on_acked)
         try:
-            async with self._client() as client:
+            async with self.client() as client:
                 while not self._stop.is_set():
                     started = time.monotonic()
                     await self.poll(client, publisher)
@@ -608,7 +647,10 @@ class RestSource:
 
 def run_rest_source(cfg: Config, *, once: bool = False) -> RestSourceStats:
     """Run until SIGTERM or SIGINT (or one poll); the cursor is saved after each acked poll."""
+    from tidelake.runtime.live_metrics import watch_poller
+
     source = RestSource(cfg)
+    watch_poller("capture.rest", source.stats)  # /metrics of `capture rest` (metrics.port)
 
     async def main() -> RestSourceStats:
         loop = asyncio.get_running_loop()

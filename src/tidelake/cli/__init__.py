@@ -195,9 +195,11 @@ def demo(
         bool,
         typer.Option(
             "--sinks",
-            help="three routes beside the lake: PostgreSQL, Redis and a webhook, each killed "
-            "-9 once, then a replay and a dead-letter re-process; every destination verified "
-            "(needs PostgreSQL and redis-server: scripts/setup with TIDELAKE_SETUP_DATABASES=1)",
+            help="routes beside the lake: PostgreSQL, Redis, a webhook and OpenSearch (when "
+            "laid out), each killed -9 once, then a replay and a dead-letter re-process; every "
+            "destination verified, DDL included with --with-ddl (needs PostgreSQL and "
+            "redis-server: scripts/setup with TIDELAKE_SETUP_DATABASES=1; OpenSearch: "
+            "TIDELAKE_SETUP_TESTS=1)",
         ),
     ] = False,
 ) -> None:
@@ -625,8 +627,11 @@ def capture_rest(
 
         err_console.print(f"[bold red]{escape(no_bus_message(cfg))}[/]", soft_wrap=True)
         raise typer.Exit(2)
+    from tidelake.runtime.live_metrics import poller_collectors
+
     try:
-        stats = run_rest_source(cfg, once=once)
+        with _metrics_endpoint(cfg, "capture-rest", poller_collectors()):
+            stats = run_rest_source(cfg, once=once)
     except ConfigError as exc:
         err_console.print(f"[bold red]capture rest cannot run[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
@@ -897,11 +902,13 @@ def _register_operator_verbs() -> None:
     from tidelake.cli.operate import register
     from tidelake.cli.route import register as register_route
     from tidelake.cli.setup import register as register_setup
+    from tidelake.cli.source import register as register_source
 
     register(app)
     register_setup(app)
     register_bus(app)
     register_route(app)
+    register_source(app)
 
 
 _register_operator_verbs()

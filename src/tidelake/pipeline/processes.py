@@ -65,13 +65,25 @@ def stage_children(
     ingest_interval_s: float,
     die_with_parent: bool = False,
     routes: Sequence[str] = (),
+    sources: Sequence[str] = (),
 ) -> list[StageProcess]:
-    """The stage processes of a local pipeline, in start order (the producer first):
-    ``capture`` when a source database is configured, the stager, the continuous ingest, then
-    one ``route-<name>`` per route in ``routes`` (docs/routes.md) (``die_with_parent``: each
-    gets SIGTERM when the process that starts them dies)."""
+    """The stage processes of a local pipeline, in start order (the producers first):
+    ``capture`` when a source database is configured, one ``source-<name>`` per REST source
+    in ``sources`` (docs/rest-source.md, Managed sources), the stager, the continuous ingest,
+    then one ``route-<name>`` per route in ``routes`` (docs/routes.md) (``die_with_parent``:
+    each gets SIGTERM when the process that starts them dies)."""
     dies = die_with_parent
     children = [
+        StageProcess(
+            f"source-{name}",
+            tidelake_argv("source", "run", name),
+            env,
+            logs / f"source-{name}.log",
+            die_with_parent=dies,
+        )
+        for name in sources
+    ]
+    children += [
         StageProcess(
             "stager", tidelake_argv("stage"), env, logs / "stage.log", die_with_parent=dies
         ),

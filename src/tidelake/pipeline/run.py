@@ -5,8 +5,10 @@ with its store under ``home`` (NATS's default port 4222 when free), its streams 
 stager's consumer are provisioned, and where it listens is recorded in ``<home>/bus.json``
 (``bus/discovery.py``) — all before anything reports ready, so a producer or a verb in a
 second shell finds the bus and its stream. The capture (when ``capture.source`` is set), the
-stager, the continuous ingest and, with ``run.serve`` (``--serve``), the API and dashboard run
-as child processes (one per stage, as in production). A child that dies is restarted with the
+stager, the continuous ingest, one process per route and per REST source (``sources``,
+``<home>/sources.yaml``) and, with ``run.serve`` (``--serve``), the API and dashboard run as
+child processes (one per stage, as in production); routes and sources added or removed at run
+time are started or stopped within seconds. A child that dies is restarted with the
 retriers' growing back-off (``retry.backoff_s``): every stage resumes from its durable state,
 so a restart loses nothing. SIGTERM/SIGINT stops the children gracefully (each finishes its
 current batch, in the stack's order), removes the record and then stops the server; the exit
@@ -29,12 +31,11 @@ from tidelake.bus.discovery import RECORD_FILE
 from tidelake.config import Config
 from tidelake.pipeline.processes import StageProcess, tidelake_argv
 from tidelake.pipeline.stack import LocalStack
-from tidelake.retry import backoff_s
 from tidelake.runtime.metrics_server import beat, serving
 
 log = structlog.get_logger(__name__)
 
-#: How often the supervisor looks for routes added or removed at run time.
+#: How often the supervisor looks for routes and sources added or removed at run time.
 ROUTES_EVERY_S = 2.0
 #: Longest pause before restarting a child that keeps dying.
 MAX_BACKOFF_S = 30.0
@@ -139,19 +140,10 @@ def run_pipeline(
                     for change in stack.sync_routes():  # added or removed at run time
                         done = "started" if change[0] == "+" else "stopped"
                         say(f"route      {change[1:]} {done}")
-                for child in stack.children:
-                    if not child.alive() and not stop:
-                        restarts[child.name] = restarts.get(child.name, 0) + 1
-                        pause = backoff_s(restarts[child.name], max_wait_s=MAX_BACKOFF_S)
-                        log.warning(
-                            "stage exited; restarting",
-                            stage=child.name,
-                            status=child.returncode(),
-                            backoff_s=round(pause, 2),
-                            log_tail=child.log_tail(5),
-                        )
-                        time.sleep(pause)
-                        child.start()
+                    for change in stack.sync_sources():
+                        done = "started" if change[0] == "+" else "stopped"
+                        say(f"source     {change[1:]} {done}")
+                stack.restart_exited(restarts, stopping=lambda: stop, max_backoff_s=MAX_BACKOFF_S)
                 if not healthy_logged and stack.healthy():
                     healthy_logged = True
                     log.info("pipeline healthy", bus=stack.bus_url)

@@ -12,9 +12,9 @@
    (:mod:`tidelake.bus.discovery`): provisioned first, so a producer that finds the bus finds
    its stream;
 4. the stage processes (:func:`tidelake.pipeline.processes.stage_children`): the capture when
-   ``capture.source`` is set, the stager, the continuous ingest, one ``route run`` per route
-   (docs/routes.md) — one child process each, with an environment that pins them to this
-   home, config and bus;
+   ``capture.source`` is set, one ``source run`` per REST source (docs/rest-source.md), the
+   stager, the continuous ingest, one ``route run`` per route (docs/routes.md) — one child
+   process each, with an environment that pins them to this home, config and bus;
 5. :meth:`LocalStack.wait_healthy`: until the stager and the ingest started by this stack
    report in their heartbeats (``runtime/heartbeat.py``) — the ingest once its Spark session
    is up (``idle`` or ``applying``), the stager once it is ``running``;
@@ -45,10 +45,12 @@ from tidelake.bus.connection import connect
 from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_record, write_record
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
+from tidelake.capture.source_registry import SourceRegistry
 from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError, TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
+from tidelake.retry import backoff_s
 from tidelake.route.registry import RouteRegistry
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
 from tidelake.runtime.metrics_server import assign_child_ports
@@ -208,8 +210,14 @@ class LocalStack:
         return self._cfg
 
     def start_stages(self) -> list[StageProcess]:
-        """Start the stage processes (capture when ``capture.source`` is set, stager, ingest)."""
+        """Start the stage processes (capture when ``capture.source`` is set, the sources,
+        stager, ingest, the routes)."""
         cfg = self.cfg
+        try:
+            sources = sorted(SourceRegistry(cfg).sources())
+        except ConfigError as exc:  # a registry written badly by hand: the config's sources
+            log.warning("source registry unreadable; the config's sources only", error=str(exc))
+            sources = sorted(cfg.sources)
         self.children = stage_children(
             self.env,
             cfg.home.resolve() / "logs",
@@ -218,6 +226,8 @@ class LocalStack:
             die_with_parent=self.die_with_parent,
             # Routes read a JetStream bus; a paused one idles in its process until resumed.
             routes=[] if self.on_kafka else sorted(RouteRegistry(cfg).routes()),
+            # A source publishes to either bus; a paused one idles in its process.
+            sources=sources,
         )
         # metrics.port is the parent's (run's own endpoint): each child gets its own port.
         assign_child_ports(self.children, cfg.metrics)
@@ -282,6 +292,81 @@ class LocalStack:
             log.info("stopped", stage=child.name, reason="route removed")
             changes.append(f"-{name}")
         return changes
+
+    def sync_sources(self) -> list[str]:
+        """Start a process for each source added at run time, stop the one of each source
+        removed (``capture/source_registry.py``); what changed, as ``+name``/``-name``."""
+        try:
+            wanted = set(SourceRegistry(self.cfg).sources())
+        except ConfigError as exc:  # a registry written badly by hand: keep what runs
+            log.warning("source registry unreadable; sources left as they are", error=str(exc))
+            return []
+        running = {
+            c.name.removeprefix("source-") for c in self.children if c.name.startswith("source-")
+        }
+        changes = []
+        for name in sorted(wanted - running):
+            child = StageProcess(
+                f"source-{name}",
+                tidelake_argv("source", "run", name),
+                self.env,
+                self.cfg.home.resolve() / "logs" / f"source-{name}.log",
+                die_with_parent=self.die_with_parent,
+            )
+            if self.cfg.metrics.port is not None:  # the next port after every one in use
+                used = [int(c.env.get(PORT_ENV, "0")) for c in self.children]
+                child.env[PORT_ENV] = str(max([*used, self.cfg.metrics.port]) + 1)
+            # A producer: first in the stop order, so nothing new arrives while the rest stop.
+            self.children.insert(0, child)
+            child.start()
+            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
+            changes.append(f"+{name}")
+        for name in sorted(running - wanted):
+            child = self.child(f"source-{name}")
+            child.stop()
+            self.children.remove(child)
+            log.info("stopped", stage=child.name, reason="source removed")
+            changes.append(f"-{name}")
+        return changes
+
+    def restart_exited(
+        self,
+        restarts: dict[str, int],
+        *,
+        stopping: Callable[[], bool] = lambda: False,
+        max_backoff_s: float = 30.0,
+    ) -> list[str]:
+        """Start again each stage process that exited, after the retriers' growing back-off
+        (``restarts`` counts each one's restarts); not a source's process when the source is
+        no longer in the registry (it exited because it was removed: :meth:`sync_sources`
+        lets it go), nor anything once ``stopping()``. The names restarted."""
+        restarted = []
+        for child in list(self.children):
+            if child.alive() or stopping():
+                continue
+            if child.name.startswith("source-") and not self._source_wanted(child.name):
+                continue
+            restarts[child.name] = restarts.get(child.name, 0) + 1
+            pause = backoff_s(restarts[child.name], max_wait_s=max_backoff_s)
+            log.warning(
+                "stage exited; restarting",
+                stage=child.name,
+                status=child.returncode(),
+                backoff_s=round(pause, 2),
+                log_tail=child.log_tail(5),
+            )
+            time.sleep(pause)
+            if stopping():
+                break
+            child.start()
+            restarted.append(child.name)
+        return restarted
+
+    def _source_wanted(self, child_name: str) -> bool:
+        try:
+            return child_name.removeprefix("source-") in SourceRegistry(self.cfg).sources()
+        except ConfigError:
+            return True  # unreadable: keep what runs running
 
     # -- health --------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ SUBCOMMAND_EXTRAS: dict[tuple[str, str], tuple[str, ...]] = {
     ("capture", "kafka"): ("kafka",),
     ("route", "run"): ("sinks",),
     ("route", "reprocess"): ("sinks",),
+    ("source", "run"): ("capture",),
 }
 
 #: (verb, option) -> (the values that need more, None for any value; the extras they add).

@@ -3,7 +3,7 @@
 These are *live* counters: they start at zero with the process and count what this process
 did (``runtime/metrics_server.py`` serves them). They are named after the process that
 counts — ``tidelake_stager_*``, ``tidelake_ingester_*``, ``tidelake_capturer_*``,
-``tidelake_router_*`` — so they
+``tidelake_router_*``, ``tidelake_poller_*`` (a source) — so they
 never collide with the ``tidelake_stage_*`` / ``tidelake_ingest_*`` families that
 ``tidelake serve`` derives from the durable record (manifests, ``commits.jsonl``), which
 survive restarts and cover every process of the pipeline. docs/metrics.md lists both.
@@ -252,6 +252,111 @@ def router_collectors() -> list[Collector]:
         ROUTER_ACKED_SEQ,
         ROUTER_APPLY_SECONDS,
     ]
+
+
+# -- a source (a REST API polled into the bus) -------------------------------------------------
+
+
+class PollerStats(Protocol):
+    """What :class:`tidelake.capture.rest.RestSourceStats` holds (a protocol: the runtime
+    imports no capture)."""
+
+    polls: int
+    records: int
+    published: int
+    duplicates: int
+    errors: dict[str, int]
+    last_success_ms: int
+    position: int | None
+    cursor_type: str
+    paused: bool
+
+
+class PollerCollector(Collector):
+    """The counters of the sources this process polls (``source run NAME``, ``capture
+    rest``), read at each scrape; labelled ``source``."""
+
+    def __init__(self, sources: Callable[[], Mapping[str, PollerStats]]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        running = sorted(self.sources().items())
+
+        def counter(name: str, doc: str, value: Callable[[PollerStats], int]) -> Metric:
+            family = CounterMetricFamily(f"tidelake_poller_{name}", doc, labels=["source"])
+            for source, s in running:
+                family.add_metric([source], value(s))
+            return family
+
+        yield counter("polls", "Polls of the API that answered (a 304 included)", lambda s: s.polls)
+        yield counter("records_read", "Records the polls returned", lambda s: s.records)
+        yield counter(
+            "records_published",
+            "Record versions published to the bus and acknowledged (duplicates included)",
+            lambda s: s.published,
+        )
+        yield counter(
+            "duplicates",
+            "Published record versions the bus dropped as duplicates (republished after a crash)",
+            lambda s: s.duplicates,
+        )
+        errors = CounterMetricFamily(
+            "tidelake_poller_errors",
+            "Polls that failed, by kind: unavailable (connection, timeout, 5xx, 429 past "
+            "give_up_s) or refused (another 4xx, a body of the wrong shape)",
+            labels=["source", "kind"],
+        )
+        for source, s in running:
+            for kind in sorted({"unavailable", "refused", *s.errors}):
+                errors.add_metric([source, snake_label(kind)], s.errors.get(kind, 0))
+        yield errors
+        cursor_time = GaugeMetricFamily(
+            "tidelake_poller_cursor_timestamp_seconds",
+            "The saved cursor as a time (a timestamp cursor; Unix time)",
+            labels=["source"],
+        )
+        cursor_value = GaugeMetricFamily(
+            "tidelake_poller_cursor_value",
+            "The saved cursor as a number (an integer cursor)",
+            labels=["source"],
+        )
+        success = GaugeMetricFamily(
+            "tidelake_poller_last_success_timestamp_seconds",
+            "When the last poll that succeeded ended (Unix time)",
+            labels=["source"],
+        )
+        paused = GaugeMetricFamily(
+            "tidelake_poller_paused", "1 while the source is paused, else 0", labels=["source"]
+        )
+        for source, s in running:
+            if s.position is not None:
+                if s.cursor_type == "timestamp":
+                    cursor_time.add_metric([source], s.position / 1e9)
+                else:
+                    cursor_value.add_metric([source], s.position)
+            if s.last_success_ms:
+                success.add_metric([source], s.last_success_ms / 1000)
+            paused.add_metric([source], int(s.paused))
+        yield from (cursor_time, cursor_value, success, paused)
+
+
+class _PollerHolder:
+    """The sources of this process, once their pollers are built."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, PollerStats] = {}
+
+
+POLLERS = _PollerHolder()
+
+
+def watch_poller(source: str, stats: PollerStats) -> None:
+    """A poller of this process: its counters are what ``/metrics`` shows for ``source``."""
+    POLLERS.sources[source] = stats
+
+
+def poller_collectors() -> list[Collector]:
+    return [PollerCollector(lambda: POLLERS.sources)]
 
 
 # -- the capture -----------------------------------------------------------------------------

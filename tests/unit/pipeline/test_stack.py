@@ -51,3 +51,63 @@ def test_a_stack_takes_a_config_or_settings_not_both(tmp_path: Path) -> None:
     """Neither or both of cfg and settings is a programming error."""
     with pytest.raises(ValueError, match="either cfg or settings"):
         LocalStack(tmp_path)
+
+
+def test_each_source_is_a_producer_started_before_the_stager() -> None:
+    """One ``source run NAME`` per source, after the capture and before the stager (stopped
+    early: nothing new arrives while the rest stop); the routes last."""
+    children = stage_children(
+        {}, Path("/logs"), capture=True, ingest_interval_s=1.0, routes=["cache"], sources=["crm"]
+    )
+    assert ["capture", "source-crm", "stager", "ingest", "route-cache"] == [
+        c.name for c in children
+    ]
+    assert ["source", "run", "crm"] == children[1].argv[-3:]
+    assert Path("/logs/source-crm.log") == children[1].log_path
+
+
+class _Child:
+    """A stage process as restart_exited sees it."""
+
+    def __init__(self, name: str, alive: bool) -> None:
+        self.name = name
+        self.running = alive
+        self.starts = 0
+
+    def alive(self) -> bool:
+        return self.running
+
+    def start(self) -> None:
+        self.starts += 1
+        self.running = True
+
+    def returncode(self) -> int | None:
+        return None if self.running else 0
+
+    def log_tail(self, lines: int = 20) -> str:
+        return ""
+
+
+def test_restart_exited_restarts_the_dead_but_not_a_removed_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that exited is started again (counted); a source's process that exited because
+    the source was removed is left for sync_sources; nothing once the supervisor stops."""
+    from tidelake.config import Config
+    from tidelake.pipeline import stack as stack_module
+
+    monkeypatch.setattr(stack_module, "backoff_s", lambda attempt, max_wait_s: 0.0)
+    api = {"url": "http://api.test/x", "database": "d", "table": "t"}
+    cfg = Config.model_validate({"home": str(tmp_path), "sources": {"crm": api}})
+    stack = LocalStack(tmp_path, cfg=cfg)
+    stager, crm, gone = (
+        _Child("stager", False),
+        _Child("source-crm", False),
+        _Child("source-x", False),
+    )
+    stack.children = [crm, gone, stager]  # type: ignore[list-item]
+    restarts: dict[str, int] = {}
+    assert [] == stack.restart_exited(restarts, stopping=lambda: True)
+    assert ["source-crm", "stager"] == stack.restart_exited(restarts)
+    assert {"source-crm": 1, "stager": 1} == restarts
+    assert (1, 0, 1) == (crm.starts, gone.starts, stager.starts)

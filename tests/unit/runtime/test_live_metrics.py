@@ -13,6 +13,7 @@ from tidelake.runtime.live_metrics import (
     StagerCollector,
     capturer_collectors,
     ingester_collectors,
+    poller_collectors,
     router_collectors,
     snake_label,
     stager_collectors,
@@ -56,8 +57,8 @@ def test_stager_collector_reads_the_running_stats() -> None:
 
 def test_each_process_exports_only_its_own_family() -> None:
     """A stager's endpoint holds tidelake_stager_* only, an ingest's tidelake_ingester_*, a
-    capture's tidelake_capturer_*, a route's tidelake_router_*: no idle metrics of another
-    process."""
+    capture's tidelake_capturer_*, a route's tidelake_router_*, a source's tidelake_poller_*: no
+    idle metrics of another process."""
     prefixes = [
         {n.split("_")[1] for n in _names(collectors())}
         for collectors in (
@@ -65,6 +66,7 @@ def test_each_process_exports_only_its_own_family() -> None:
             ingester_collectors,
             capturer_collectors,
             router_collectors,
+            poller_collectors,
         )
     ]
-    assert [{"stager"}, {"ingester"}, {"capturer"}, {"router"}] == prefixes
+    assert [{"stager"}, {"ingester"}, {"capturer"}, {"router"}, {"poller"}] == prefixes
