@@ -11,7 +11,6 @@ destination; the route acknowledges the messages after that, never before.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
@@ -63,51 +62,6 @@ class RowChange:
     def key_text(self) -> str:
         """The key as one stable text (:func:`key_text`)."""
         return key_text(self.key)
-
-
-#: What a column operation does to a row written before it: ``("rename", old, new)``,
-#: ``("drop", name, None)``, ``("add", name, text)`` (the value rows existing then take, in the
-#: text form rows carry; None: NULL).
-ColumnStep = tuple[str, str, str | None]
-
-
-def column_steps(op: Operation, added: str | None = None) -> list[ColumnStep]:
-    """The :data:`ColumnStep` list of one operation (``added``: an ``AddColumn``'s value for
-    the rows existing then); none for an operation that changes no row's columns."""
-    from tidelake.lake import ddl
-
-    if isinstance(op, ddl.AddColumn):
-        return [("add", op.column.name, added)]
-    if isinstance(op, ddl.DropColumn):
-        return [("drop", op.name, None)]
-    if isinstance(op, ddl.RenameColumn):
-        return [("rename", op.old, op.new)]
-    if isinstance(op, ddl.ModifyColumn) and op.new_name and op.new_name != op.name:
-        return [("rename", op.name, op.new_name)]
-    return []
-
-
-def forward(change: RowChange, steps: Sequence[ColumnStep]) -> RowChange:
-    """A row change written before the schema changes ``steps`` come from (a dead letter
-    re-processed after them), in the shape its table has after them: renamed columns moved
-    (key columns too), dropped ones gone, added ones with the value rows existing then took.
-    So it lands as the source holds the row, not with the columns of its time."""
-    if not steps:
-        return change
-    key, row = dict(change.key), None if change.row is None else dict(change.row)
-    types = dict(change.column_types)
-    for kind, name, value in steps:
-        if kind == "rename" and value is not None:
-            for image in (key, row, types):
-                if image is not None and name in image:
-                    image[value] = image.pop(name)
-        elif kind == "drop":
-            types.pop(name, None)
-            if row is not None:
-                row.pop(name, None)
-        elif kind == "add" and row is not None and name not in row:
-            row[name] = value
-    return dataclasses.replace(change, key=key, row=row, column_types=types)
 
 
 def split_at_schema(

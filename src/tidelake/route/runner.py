@@ -150,7 +150,11 @@ class RouteRunner:
         self.route = route_config(cfg, name)
         pii_key = cfg.stage.pii_key.get_secret_value().encode() if cfg.stage.pii_key else None
         self.selector = RouteSelector(self.route, pii_key=pii_key)
-        self.sink = sink if sink is not None else open_sink(name, self.route.sink)
+        self.sink = (
+            sink
+            if sink is not None
+            else open_sink(name, self.route.sink, source_timezone=cfg.lake.source_timezone)
+        )
         self.stats = RouteStats()
         # The route's own series exist from the start, at 0 (a scrape sees "no retries").
         for family in (

@@ -113,7 +113,6 @@ Sessions run with ``TimeZone=UTC`` and ``DateStyle=ISO, YMD``: a zone-less text 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -130,13 +129,20 @@ from tidelake.lake import ddl
 from tidelake.names import split_table_id
 from tidelake.route.change import (
     ChangesRejected,
-    ColumnStep,
     RowChange,
     SinkError,
     SinkUnavailable,
+    split_at_schema,
+)
+from tidelake.route.schema import (
+    COLUMN_OPS,
+    ColumnStep,
+    SchemaRefusedError,
     column_steps,
     forward,
-    split_at_schema,
+    source_zone,
+    steps_from_json,
+    steps_json,
 )
 from tidelake.route.sinks import pg_types
 
@@ -269,18 +275,6 @@ def _added_value(spec: ddl.ColumnSpec, column_type: str, commit_ts_ms: int | Non
         raise _DdlRefusedError(f"column {spec.name}: DEFAULT {text!r}: {exc}") from exc
 
 
-def _added_text(op: ddl.Operation, change: RowChange) -> str | None:
-    """An ``AddColumn``'s value for the rows existing then, as rows carry it (None: NULL,
-    or not an ``AddColumn``); the log's ``add`` step (:func:`column_steps`)."""
-    if not isinstance(op, ddl.AddColumn):
-        return None
-    default = op.column.default
-    if default.kind == "current_timestamp" and change.commit_ts_ms is not None:
-        column_type = pg_types.pg_type(op.column.source_type)
-        return pg_types.current_timestamp_text(change.commit_ts_ms, column_type)
-    return default.text if default.kind == "value" else None
-
-
 def _op_tables(op: ddl.Operation) -> list[ddl.TableName]:
     """The source tables ``op`` names (none for a database-level operation)."""
     if isinstance(op, ddl.RenameTable):
@@ -326,9 +320,17 @@ class PostgresSink:
 
     kind = "postgres"
 
-    def __init__(self, config: PostgresSinkConfig, *, connect_timeout_s: int = 10) -> None:
+    def __init__(
+        self,
+        config: PostgresSinkConfig,
+        *,
+        connect_timeout_s: int = 10,
+        source_timezone: str = "UTC",
+    ) -> None:
         self.config = config
         self.connect_timeout_s = connect_timeout_s
+        #: ``lake.source_timezone``: the zone of the text a late row's added column takes.
+        self._zone = source_zone(source_timezone)
         self._conn: Any = None
         #: Schemas whose side tables exist (in the open transaction, or committed).
         self._schemas: set[str] = set()
@@ -664,8 +666,7 @@ class PostgresSink:
                 (name, since),
             )
             history[(schema, name)] = [
-                (str(at), [(str(k), str(c), v) for k, c, v in json.loads(taken)])
-                for at, taken in cur.fetchall()
+                (str(at), steps_from_json(taken)) for at, taken in cur.fetchall()
             ]
         return history
 
@@ -787,7 +788,12 @@ class PostgresSink:
                 if not due(target):
                     continue
                 done[target] = done.get(target, False) | self._apply_op(cur, target, op, change)
-                steps.setdefault(target, []).extend(column_steps(op, _added_text(op, change)))
+                if isinstance(op, COLUMN_OPS):  # what it did to the rows, for late ones
+                    try:
+                        taken = column_steps([op], change.commit_ts_ms, self._zone)
+                    except SchemaRefusedError as exc:  # _add_column refused it already
+                        raise _DdlRefusedError(str(exc)) from exc
+                    steps.setdefault(target, []).extend(taken)
         except _DdlRefusedError as exc:
             raise _RefusedError({change.seq: str(exc)}) from exc
         for target, cleared in done.items():
@@ -800,7 +806,7 @@ class PostgresSink:
                     sql.SQL("INSERT INTO {} (table_name, position, steps) VALUES (%s, %s, %s)")
                     .format(sql.Identifier(schema, SCHEMA_LOG_TABLE)),
                     # JSON in a text column: jsonb has no \u0000, a binary default may
-                    (table_name, position, json.dumps(taken)),
+                    (table_name, position, steps_json(taken)),
                 )  # fmt: skip
 
     def _apply_op(self, cur: Any, target: _Target, op: ddl.Operation, change: RowChange) -> bool:

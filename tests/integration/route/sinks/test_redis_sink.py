@@ -1,6 +1,8 @@
 """The Redis sink against a real private ``redis-server`` (route/sinks/redis.py,
-pipeline/redis.py): the position guard in the server's script, tombstones, TTL, an unreachable
-server, and what a SIGKILLed server with ``appendfsync always`` still has after a restart.
+pipeline/redis.py): the position guard in the server's script, tombstones, TTL, the source's
+DDL applied between the rows (truncate, drop, rename of tables and columns, added columns), an
+unreachable server, and what a SIGKILLed server with ``appendfsync always`` still has after a
+restart.
 
 Each test writes under a key prefix of its own on the module's one server.
 """
@@ -16,10 +18,11 @@ import pytest
 import redis as redislib
 
 from tidelake.config import RedisSinkConfig
+from tidelake.lake import ddl
 from tidelake.pipeline import redis as redis_server
 from tidelake.pipeline.redis import RedisServer
 from tidelake.route.change import ChangesRejected, RowChange, SinkUnavailable
-from tidelake.route.sinks.redis import RedisSink, row_key, tombstone_key
+from tidelake.route.sinks.redis import RedisSink, row_key, schema_key, tombstone_key
 
 pytestmark = [
     pytest.mark.integration,
@@ -81,12 +84,33 @@ def delete(key: int, position: int, seq: int | None = None) -> RowChange:
     return RowChange(TABLE, "delete", {"id": key}, None, pos(position), seq or position)
 
 
-def row(client: redislib.Redis, prefix: str, key: int) -> dict[str, str]:
-    return {str(k): str(v) for k, v in client.hgetall(row_key(prefix, TABLE, str(key))).items()}
+def schema(position: int, *ops: ddl.Operation, seq: int | None = None, **kw: Any) -> RowChange:
+    """A schema change at ``position`` (its operations as ``route/select.py`` gives them)."""
+    return RowChange(
+        TABLE, "schema", {}, None, pos(position), seq or position, operations=ops, **kw
+    )
 
 
-def tombstones(client: redislib.Redis, prefix: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in client.hgetall(tombstone_key(prefix, TABLE)).items()}
+ORDERS = ddl.TableName("shop", "orders")
+
+
+def row(client: redislib.Redis, prefix: str, key: int, table: str = TABLE) -> dict[str, str]:
+    return {str(k): str(v) for k, v in client.hgetall(row_key(prefix, table, str(key))).items()}
+
+
+def tombstones(client: redislib.Redis, prefix: str, table: str = TABLE) -> dict[str, str]:
+    return {str(k): str(v) for k, v in client.hgetall(tombstone_key(prefix, table)).items()}
+
+
+def rows_of(client: redislib.Redis, prefix: str, table: str) -> list[str]:
+    """The keys of the table's row hashes (not its tombstone or schema hash)."""
+    own = {tombstone_key(prefix, table), schema_key(prefix, table)}
+    return sorted(k for k in client.keys(row_key(prefix, table, "*")) if k not in own)
+
+
+def everything(client: redislib.Redis, prefix: str) -> dict[str, dict[str, str]]:
+    """Every hash the sink holds under ``prefix``."""
+    return {str(k): client.hgetall(k) for k in client.keys(f"{prefix}:*")}
 
 
 def test_upsert_then_an_older_upsert_is_ignored(
@@ -210,6 +234,274 @@ def test_a_key_of_another_type_is_rejected_and_the_rest_applied(
     assert "1" == row(client, prefix, 1)["id"]
     assert "3" == row(client, prefix, 3)["id"]
     assert "someone else's string" == client.get(row_key(prefix, TABLE, "2"))
+
+
+# --- the source's DDL -------------------------------------------------------------------------
+
+
+def test_truncate_then_a_replayed_older_upsert_stays_gone_and_a_newer_one_lands(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    sink.apply([up(1, 10, status="a"), up(2, 11, status="b"), delete(3, 12), up(4, 13)])
+    sink.apply([up(5, 14), schema(20, ddl.TruncateTable(ORDERS)), up(6, 21, status="after")])
+    assert {} == row(client, prefix, 1) == row(client, prefix, 5)
+    assert {} == tombstones(client, prefix)  # a delete below the truncate: the truncate guards
+    assert {"applied": f"{pos(20)}#0000", "cleared": pos(20)} == client.hgetall(
+        schema_key(prefix, TABLE)
+    )
+    assert "after" == row(client, prefix, 6)["status"]
+    # A replay from before the truncate: its rows stay gone, deletes leave no tombstone.
+    sink.apply([up(1, 10, status="a"), up(2, 15, status="late"), delete(7, 19)])
+    assert {} == row(client, prefix, 1) == row(client, prefix, 2)
+    assert {} == tombstones(client, prefix)
+    sink.apply([up(1, 22, status="new"), delete(6, 23)])
+    assert {"_tl_position": pos(22), "id": "1", "status": "new"} == row(client, prefix, 1)
+    assert {"6": pos(23)} == tombstones(client, prefix)
+
+
+def test_drop_table_then_its_rows_come_back_only_newer(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    other = RowChange("shop.items", "upsert", {"id": 1}, {"id": 1}, pos(11), 11)
+    sink.apply([up(1, 10), other, schema(20, ddl.DropTable(ORDERS))])
+    assert {} == row(client, prefix, 1)
+    assert "1" == row(client, prefix, 1, "shop.items")["id"]
+    sink.apply([up(1, 10), up(2, 19)])
+    assert [] == rows_of(client, prefix, TABLE)
+    sink.apply([up(1, 30, status="re-created")])
+    assert "re-created" == row(client, prefix, 1)["status"]
+
+
+def test_drop_database_clears_each_of_its_tables(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    def change(table: str, n: int) -> RowChange:
+        return RowChange(table, "upsert", {"id": n}, {"id": n}, pos(n), n)
+
+    keep = ["shopping.orders", "`shop.x`.t", "other.t"]
+    gone = ["shop.orders", "shop.items", "shop.`a.b`"]
+    sink.apply([change(t, i + 1) for i, t in enumerate(gone + keep)])
+    sink.apply([schema(50, ddl.DropDatabase("shop"))])
+    for i, table in enumerate(gone):
+        assert {} == row(client, prefix, i + 1, table)
+        assert pos(50) == client.hget(schema_key(prefix, table), "cleared")
+    for i, table in enumerate(keep, start=len(gone)):
+        assert str(i + 1) == row(client, prefix, i + 1, table)["id"]
+        assert not client.exists(schema_key(prefix, table))
+
+
+def test_drop_and_rename_column_rewrite_the_rows_below_the_change(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    sink.apply([up(1, 10, status="a", note="x"), up(2, 11, status="b"), up(3, 12, note="y")])
+    sink.apply(
+        [
+            up(4, 13, status="d", note="z"),
+            schema(20, ddl.DropColumn(ORDERS, "note"), ddl.RenameColumn(ORDERS, "status", "state")),
+            up(5, 21, state="after"),
+        ]
+    )
+    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
+    assert {"_tl_position": pos(20), "id": "2", "state": "b"} == row(client, prefix, 2)
+    assert {"_tl_position": pos(20), "id": "3"} == row(client, prefix, 3)
+    assert {"_tl_position": pos(20), "id": "4", "state": "d"} == row(client, prefix, 4)
+    assert {"_tl_position": pos(21), "id": "5", "state": "after"} == row(client, prefix, 5)
+    # A replayed old-shape upsert below the change cannot land over the rewritten row.
+    sink.apply([up(1, 15, status="old shape", note="x")])
+    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
+    # A change of before the DDL never applied (a dead letter re-processed now) lands in the
+    # table's present shape: brought forward through the logged steps.
+    sink.apply([up(6, 14, status="late", note="gone")])
+    assert {"_tl_position": pos(14), "id": "6", "state": "late"} == row(client, prefix, 6)
+
+
+def test_a_column_change_leaves_a_row_a_newer_change_wrote(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    """A row above the change (written by a replay past it, say) already has the new shape."""
+    sink.apply([up(1, 10, status="a"), up(2, 30, state="new shape")])
+    sink.apply([schema(20, ddl.RenameColumn(ORDERS, "status", "state"))])
+    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
+    assert {"_tl_position": pos(30), "id": "2", "state": "new shape"} == row(client, prefix, 2)
+
+
+def test_add_column_gives_existing_rows_the_default(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    sink.apply([up(1, 10, status="a"), up(2, 11)])
+    spec = ddl.ColumnSpec
+    sink.apply(
+        [
+            schema(
+                20,
+                ddl.AddColumn(ORDERS, spec("note", "varchar(9)", ddl.Default("value", "n/a"))),
+                ddl.AddColumn(ORDERS, spec("nothing", "int", ddl.NULL_DEFAULT)),
+                ddl.AddColumn(ORDERS, spec("at", "datetime(3)", ddl.Default("current_timestamp"))),
+                commit_ts_ms=1714979289123,  # 2024-05-06 07:08:09.123 UTC
+            )
+        ]
+    )
+    at = "2024-05-06 07:08:09.000"  # to the second, as the lake (route/schema.py)
+    assert {"_tl_position": pos(20), "id": "1", "status": "a", "note": "n/a", "at": at} == row(
+        client, prefix, 1
+    )
+    assert {"_tl_position": pos(20), "id": "2", "note": "n/a", "at": at} == row(client, prefix, 2)
+
+
+def test_current_timestamp_is_the_commit_time_in_the_source_zone(
+    server: RedisServer, client: redislib.Redis, prefix: str
+) -> None:
+    config = RedisSinkConfig(kind="redis", url=server.url, key_prefix=prefix)
+    paris = RedisSink(config, source_timezone="Europe/Paris")
+    try:
+        paris.apply([up(1, 10)])
+        add = ddl.AddColumn(
+            ORDERS, ddl.ColumnSpec("at", "timestamp", ddl.Default("current_timestamp"))
+        )
+        paris.apply([schema(20, add, commit_ts_ms=1714979289123)])
+        assert "2024-05-06 09:08:09" == row(client, prefix, 1)["at"]
+    finally:
+        paris.close()
+
+
+def test_modify_column_to_a_decimal_gives_its_values_the_scale(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    sink.apply([up(1, 10, price="1.5", label="x"), up(2, 11, price="2.125"), up(3, 12)])
+    modify = ddl.ModifyColumn(ORDERS, "price", "decimal(12,2)", new_name="cost")
+    sink.apply([schema(20, modify, ddl.ModifyColumn(ORDERS, "label", "text"))])
+    assert {"_tl_position": pos(20), "id": "1", "cost": "1.50", "label": "x"} == row(
+        client, prefix, 1
+    )
+    assert "2.13" == row(client, prefix, 2)["cost"]
+    assert {"_tl_position": pos(12), "id": "3"} == row(client, prefix, 3)  # nothing to change
+
+
+def test_rename_table_moves_the_rows_and_drops_what_the_new_name_held(
+    server: RedisServer, client: redislib.Redis, prefix: str
+) -> None:
+    new = "shop.orders_v2"
+    sink = _sink(server, prefix, ttl_s=1000)
+    try:
+        stale = RowChange(new, "upsert", {"id": 9}, {"id": 9, "v": "stale"}, pos(5), 5)
+        sink.apply([stale, up(1, 10, status="a"), up(2, 11, status="b"), delete(3, 12)])
+        rename = ddl.RenameTable(ORDERS, ddl.TableName("shop", "orders_v2"))
+        after = RowChange(new, "upsert", {"id": 2}, {"id": 2, "status": "c"}, pos(21), 21)
+        sink.apply([schema(20, rename), after])
+        assert {} == row(client, prefix, 1) == row(client, prefix, 9, new)
+        assert {"_tl_position": pos(10), "id": "1", "status": "a"} == row(client, prefix, 1, new)
+        assert "c" == row(client, prefix, 2, new)["status"]
+        assert 900 < client.ttl(row_key(prefix, new, "1")) <= 1000  # moved with its TTL
+        assert [] == rows_of(client, prefix, TABLE)
+        assert {} == tombstones(client, prefix)
+        for table in (TABLE, new):
+            assert pos(20) == client.hget(schema_key(prefix, table), "cleared")
+        # Replays: the old name's rows and the new name's stale row stay gone.
+        sink.apply([up(1, 10, status="a"), stale, schema(20, rename)])
+        assert [] == rows_of(client, prefix, TABLE)
+        assert {} == row(client, prefix, 9, new)
+        assert "a" == row(client, prefix, 1, new)["status"]
+    finally:
+        sink.close()
+
+
+def test_swapping_two_tables_by_renames(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    a, b, tmp = (ddl.TableName("shop", n) for n in ("a", "b", "tmp"))
+
+    def put(table: ddl.TableName, n: int) -> RowChange:
+        return RowChange(table.table_id, "upsert", {"id": n}, {"id": n}, pos(n), n)
+
+    swap = schema(20, ddl.RenameTable(a, tmp), ddl.RenameTable(b, a), ddl.RenameTable(tmp, b))
+    sink.apply([put(a, 1), put(b, 2), swap])
+    sink.apply([put(a, 1), put(b, 2), swap])  # a replay
+    assert {"_tl_position": pos(1), "id": "1"} == row(client, prefix, 1, b.table_id)
+    assert {"_tl_position": pos(2), "id": "2"} == row(client, prefix, 2, a.table_id)
+    assert {} == row(client, prefix, 1, a.table_id) == row(client, prefix, 2, b.table_id)
+    assert [] == rows_of(client, prefix, tmp.table_id)
+
+
+def test_replaying_a_batch_with_ddl_changes_nothing(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    add = ddl.AddColumn(ORDERS, ddl.ColumnSpec("a", "int", ddl.Default("value", "1")))
+    batch = [
+        up(1, 10, status="x"),
+        up(2, 11, status="y"),
+        schema(12, ddl.RenameColumn(ORDERS, "status", "a"), add),
+        up(3, 13, a="3"),
+        delete(2, 14),
+        schema(15, ddl.TruncateTable(ORDERS)),
+        up(4, 16, a="4"),
+        schema(17, ddl.DropColumn(ORDERS, "a")),
+    ]
+    sink.apply(batch)
+    before = everything(client, prefix)
+    assert {"_tl_position": pos(17), "id": "4"} == row(client, prefix, 4)
+    sink.apply(batch)
+    sink.apply(batch[2:])
+    assert before == everything(client, prefix)
+
+
+def test_a_column_change_killed_halfway_is_finished_once(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    """``RENAME a TO b, ADD a``, applied again as if killed before ``applied`` was set: the
+    rows rewritten already are not rewritten twice (b would get the added a's value)."""
+    add = ddl.AddColumn(ORDERS, ddl.ColumnSpec("a", "int", ddl.Default("value", "0")))
+    change = schema(20, ddl.RenameColumn(ORDERS, "a", "b"), add)
+    sink.apply([up(1, 10, a="7"), up(2, 11, a="8")])
+    sink.apply([change])
+    client.hdel(schema_key(prefix, TABLE), "applied")
+    client.hset(row_key(prefix, TABLE, "2"), mapping={"_tl_position": pos(11), "a": "8"})
+    client.hdel(row_key(prefix, TABLE, "2"), "b")  # row 2 as if not reached before the kill
+    sink.apply([change])
+    assert {"_tl_position": pos(20), "id": "1", "a": "0", "b": "7"} == row(client, prefix, 1)
+    assert {"_tl_position": pos(20), "id": "2", "a": "0", "b": "8"} == row(client, prefix, 2)
+
+
+def test_a_refused_schema_change_dead_letters_only_its_seq(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    per_row = ddl.AddColumn(
+        ORDERS, ddl.ColumnSpec("u", "varchar(36)", ddl.Default("expression", "(uuid())"))
+    )
+    batch = [up(1, 10), schema(11, per_row, seq=111), up(2, 12)]
+    with pytest.raises(ChangesRejected) as info:
+        sink.apply(batch)
+    assert (111,) == info.value.seqs
+    assert "computed per row" in info.value.reason
+    assert {} == everything(client, prefix)  # refused before anything is written
+    sink.apply([batch[0], batch[2]])  # the route applies the rest
+    assert {"_tl_position": pos(10), "id": "1"} == row(client, prefix, 1)
+
+
+def test_a_rename_onto_a_key_of_another_type_dead_letters_the_rename(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    new = ddl.TableName("shop", "v2")
+    client.set(row_key(prefix, new.table_id, "1"), "someone else's")
+    with pytest.raises(ChangesRejected) as info:
+        sink.apply([up(1, 10), schema(20, ddl.RenameTable(ORDERS, new), seq=200), up(2, 21)])
+    assert (200,) == info.value.seqs
+    assert "another Redis type" in info.value.reason
+    assert "1" == row(client, prefix, 1)["id"]
+
+
+def test_a_schema_hash_of_another_type_dead_letters_the_table_s_changes(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    client.set(schema_key(prefix, TABLE), "someone else's")
+    other = RowChange("shop.items", "upsert", {"id": 1}, {"id": 1}, pos(9), 9)
+    with pytest.raises(ChangesRejected) as info:
+        sink.apply([other, schema(20, ddl.TruncateTable(ORDERS), seq=200), up(1, 21)])
+    assert (200,) == info.value.seqs
+    assert "another Redis type" in info.value.reason
+    with pytest.raises(ChangesRejected) as info:
+        sink.apply([other, up(1, 21)])
+    assert (21,) == info.value.seqs
+    assert "1" == row(client, prefix, 1, "shop.items")["id"]
 
 
 def test_password(tmp_path: Path) -> None:

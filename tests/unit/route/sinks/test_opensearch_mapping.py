@@ -1,4 +1,5 @@
-"""Index names, field mappings, documents and bulk items of the OpenSearch sink (pure)."""
+"""Index names, field mappings, documents, bulk items and the schema-change checks of the
+OpenSearch sink (pure)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 from tidelake.route.change import RowChange
 from tidelake.route.sinks.opensearch import (
     DATETIME_FORMAT,
+    DELETE_BELOW_SCRIPT,
+    GUARD_SCRIPT,
+    REWRITE_SCRIPT,
     alias_name,
     bulk_lines,
     check_column,
@@ -20,6 +24,12 @@ from tidelake.route.sinks.opensearch import (
     field_mapping,
     index_name,
     item_outcome,
+    same_field,
+    schema_index,
+    script_lines,
+    table_of_index,
+    unescape_name,
+    value_fits,
 )
 
 TEXT = {"type": "keyword", "ignore_above": 8191, "fields": {"text": {"type": "text"}}}
@@ -137,6 +147,74 @@ def test_bulk_lines_are_one_guarded_scripted_upsert() -> None:
     assert "painless" == body["script"]["lang"]
     assert "compareTo(params.pos)" in body["script"]["source"]
     assert {"pos": change.position, "doc": {"n": 3}} == body["script"]["params"]
+    # With the table's cleared position, the same script refuses anything at or below it.
+    _action, body = (json.loads(line) for line in bulk_lines("i", change, {}, cleared="00009"))
+    assert {"pos": change.position, "doc": {}, "cleared": "00009"} == body["script"]["params"]
+    assert "params.cleared.compareTo(params.pos) >= 0" in GUARD_SCRIPT
+
+
+def test_script_lines_update_an_existing_document() -> None:
+    action, body = (
+        json.loads(line) for line in script_lines("i", "1\x1f2", DELETE_BELOW_SCRIPT, {"pos": "9"})
+    )
+    assert {"_index": "i", "_id": "1\x1f2", "retry_on_conflict": 3} == action["update"]
+    assert "upsert" not in body  # a document gone meanwhile stays gone
+    assert {"lang": "painless", "source": DELETE_BELOW_SCRIPT, "params": {"pos": "9"}} == body[
+        "script"
+    ]
+    assert "ctx.op = 'delete'" in DELETE_BELOW_SCRIPT
+    assert "params.expect" in REWRITE_SCRIPT
+
+
+def test_schema_index_and_table_names() -> None:
+    assert "tl-%schema" == schema_index("tl-")
+    assert "tl-%schema" != alias_name("tl-", "%schema")
+    assert "Shop.Orders" == table_of_index("tl-", index_name("tl-", "Shop.Orders"))
+    assert "café.`a.b`" == table_of_index("tl-", index_name("tl-", "café.`a.b`"))
+    assert table_of_index("tl-", alias_name("tl-", "shop.orders")) is None
+    assert table_of_index("tl-", "other-shop.orders%versions") is None
+    assert table_of_index("tl-", schema_index("tl-")) is None
+
+
+@pytest.mark.parametrize("name", ["shop.orders", "Shop.Orders", "a%b", "café", "x\x1fy", "é%25"])
+def test_unescape_name_reverses_escape_name(name: str) -> None:
+    assert name == unescape_name(escape_name(name))
+
+
+def test_same_field() -> None:
+    assert same_field(field_mapping("int"), field_mapping("bigint"))
+    assert same_field(field_mapping("varchar(20)"), field_mapping("text"))
+    assert same_field({"enabled": False}, field_mapping("json"))
+    assert not same_field(field_mapping("int"), field_mapping("decimal(10,2)"))
+    assert not same_field(field_mapping("date"), field_mapping("datetime"))
+
+
+@pytest.mark.parametrize(
+    ("value", "source_type", "fits"),
+    [
+        ("12", "int", True),
+        ("-9223372036854775809", "bigint", False),
+        ("abc", "int", False),
+        ("18446744073709551615", "bigint unsigned", True),
+        ("-1", "bigint unsigned", False),
+        ("1.5e3", "double", True),
+        (True, "boolean", True),
+        ("maybe", "boolean", False),
+        ("2024-02-29", "date", True),
+        ("2023-02-29", "date", False),
+        ("0000-00-00", "date", False),
+        ("2024-05-06 07:08:09", "date", False),
+        ("2024-05-06 07:08:09.123456", "datetime(6)", True),
+        ("2024-05-06", "datetime", True),
+        ("0000-00-00 00:00:00", "datetime", False),
+        ("2024-05-06 24:00:00", "datetime", False),
+        ("anything", "varchar(3)", True),
+        (None, "int", True),
+    ],
+)
+def test_value_fits(value: Any, source_type: str, fits: bool) -> None:
+    field = field_mapping(source_type)
+    assert fits == value_fits(encode_value(value, field), field)
 
 
 @pytest.mark.parametrize(

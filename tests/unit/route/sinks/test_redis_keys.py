@@ -1,6 +1,7 @@
 """The Redis sink's pure parts (route/sinks/redis.py): key names and their escaping, the text
-form of values, the script call's arguments and which Redis errors are transient. The sink's
-behaviour against Redis is tested on a real server (tests/integration/route/sinks)."""
+form of values, the script call's arguments, which Redis errors are transient, and how a schema
+change's column operations rewrite a stored row. The sink's behaviour against Redis is tested
+on a real server (tests/integration/route/sinks)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,12 @@ def _change(
 # --- keys ---------------------------------------------------------------------------------------
 
 
-def test_row_and_tombstone_keys() -> None:
+def test_row_tombstone_and_schema_keys() -> None:
     assert "tl:shop.orders:7" == sink.row_key("tl", "shop.orders", "7")
     assert "tl:shop.orders:%tombstones" == sink.tombstone_key("tl", "shop.orders")
+    assert "tl:shop.orders:%schema" == sink.schema_key("tl", "shop.orders")
+    assert "tl:shop.orders:*" == sink.table_pattern("tl", "shop.orders")
+    assert "t\\*l:a\\?b\\[c\\]%3A:*" == sink.table_pattern("t*l", "a?b[c]:")
 
 
 def test_colons_and_percent_in_table_or_key_are_escaped() -> None:
@@ -86,8 +90,14 @@ def test_distinct_table_and_key_give_distinct_row_keys(t1: str, k1: str, t2: str
 
 
 @given(st.text(), st.text(), st.text())
-def test_no_row_key_is_a_tombstone_key(table: str, other: str, key: str) -> None:
+def test_no_row_key_is_a_tombstone_or_schema_key(table: str, other: str, key: str) -> None:
     assert sink.row_key("p", table, key) != sink.tombstone_key("p", other)
+    assert sink.row_key("p", table, key) != sink.schema_key("p", other)
+
+
+@given(st.text())
+def test_unescape_reverses_escape(text: str) -> None:
+    assert text == sink.unescape_part(sink.escape_part(text))
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -145,8 +155,10 @@ def test_script_call_layout() -> None:
     assert [
         "tl:shop.orders:1",
         "tl:shop.orders:%tombstones",
+        "tl:shop.orders:%schema",
         "tl:shop.orders:2",
         "tl:shop.orders:%tombstones",
+        "tl:shop.orders:%schema",
     ] == keys
     assert [
         "60",
