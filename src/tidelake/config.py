@@ -39,7 +39,7 @@ ROUTE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 SOURCE_NAME = ROUTE_NAME
 #: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
 SECRET_FIELDS = frozenset(
-    {"password", "token", "secret_key", "access_key", "pii_key", "signing_key"}
+    {"password", "token", "secret_key", "access_key", "pii_key", "signing_key", "otlp_headers"}
 )
 
 
@@ -795,6 +795,66 @@ class MetricsConfig(_Model):
     )
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry traces from publish to staging to the Hudi commit (docs/tracing.md).
+
+    Off by default: then nothing of the OpenTelemetry SDK is imported and no header is added.
+    On, each process exports its spans by OTLP/HTTP (protobuf) to ``otlp_endpoint`` as the
+    service ``<service_name>-capture``, ``-stager`` or ``-ingest``."""
+
+    enabled: bool = Field(False, description="export traces (needs tidelake[tracing])")
+    otlp_endpoint: str = Field(
+        "http://127.0.0.1:4318",
+        description="OTLP/HTTP base URL of the collector; /v1/traces is appended",
+    )
+    service_name: str = Field(
+        "tidelake",
+        min_length=1,
+        description="prefix of each process's service.name: <prefix>-capture, -stager, -ingest",
+    )
+    sample_ratio: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="share of new traces recorded (publish spans without a parent, stage and "
+        "ingest spans: each starts one); a child span keeps its parent's decision",
+    )
+    max_links: int = Field(
+        128,
+        ge=0,
+        le=1024,
+        description="most span links a stage or ingest span carries (the first distinct contexts "
+        "of its batch); the rest are counted in tidelake.links.unlinked, not linked",
+    )
+    otlp_headers: SecretStr | None = Field(
+        None,
+        description="request headers of the export, key=value,key=value (OTEL_EXPORTER_OTLP_"
+        "HEADERS format); env TIDELAKE_TRACING__OTLP_HEADERS",
+    )
+    otlp_headers_file: Path | None = Field(None, description="file holding otlp_headers")
+    timeout_s: float = Field(10.0, gt=0, description="timeout of one export request")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"tracing.otlp_endpoint: {url!r} is not an http(s) URL")
+        return url.rstrip("/")
+
+    def resolved_headers(self) -> dict[str, str]:
+        """The export's headers from ``otlp_headers`` or its file (``k=v,k=v``)."""
+        text = _secret(self.otlp_headers, self.otlp_headers_file) or ""
+        out: dict[str, str] = {}
+        for part in text.split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError("tracing.otlp_headers: expected key=value[,key=value]")
+            out[key.strip()] = value.strip()
+        return out
+
+
 class RunConfig(_Model):
     """``tidelake run``: the local pipeline on this machine (pipeline/run.py)."""
 
@@ -953,6 +1013,7 @@ class Config(_Model):
     capture: CaptureConfig = CaptureConfig()
     run: RunConfig = RunConfig()
     metrics: MetricsConfig = MetricsConfig()
+    tracing: TracingConfig = TracingConfig()
     routes: dict[str, RouteConfig] = Field(
         {}, description="name → route: the stream's changes into other sinks (docs/routes.md)"
     )

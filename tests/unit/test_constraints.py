@@ -27,12 +27,12 @@ def _pins() -> dict[str, str]:
 
 
 def test_every_declared_dependency_is_pinned() -> None:
-    """Base and the spark, capture, s3 and sinks extras: each name has an exact pin."""
+    """Base and the spark, capture, s3, sinks and tracing extras: each name has an exact pin."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     declared = [
         *project["dependencies"],
-        *(r for extra in ("spark", "capture", "s3", "sinks") for r in extras[extra]),
+        *(r for extra in ("spark", "capture", "s3", "sinks", "tracing") for r in extras[extra]),
     ]
     names = {_name(r) for r in declared if not r.startswith("tidelake")}
     pins = _pins()

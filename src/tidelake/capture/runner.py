@@ -353,4 +353,7 @@ def run_capture(cfg: Config, source: Source) -> CaptureStats:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     source.check()
-    return asyncio.run(capture_loop(cfg, source, stop=stop))
+    from tidelake.runtime.tracing import process_tracing
+
+    with process_tracing(cfg.tracing, "capture"):  # a span per message (docs/tracing.md)
+        return asyncio.run(capture_loop(cfg, source, stop=stop))

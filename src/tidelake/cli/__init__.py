@@ -440,6 +440,7 @@ def ingest(
     from tidelake.errors import TidelakeError
     from tidelake.lake.ingest import run_ingest
     from tidelake.lake.jvm_errors import describe_error, java_throwable
+    from tidelake.runtime.tracing import process_tracing
 
     log = structlog.get_logger("tidelake.cli")
     if once and continuous:
@@ -454,7 +455,7 @@ def ingest(
         else _metrics_endpoint(cfg, "ingest", ingester_collectors())
     )
     try:
-        with endpoint:
+        with endpoint, process_tracing(cfg.tracing, "ingest"):  # docs/tracing.md
             stats = run_ingest(cfg, once=once, interval_s=interval)
     except Exception as exc:
         # A JVM failure outside a table's write (reading a checkpoint, the catalog) reaches

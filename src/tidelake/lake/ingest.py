@@ -11,10 +11,9 @@ A loop over *rounds* (HoodieStreamer's seams: source → round → rules → tab
 * here: the order of the tables (independent ones concurrently, DDL ones after them, one at
   a time), the failure policy (below), the commit records, and the cursor.
 
-Failure policy: one table's failure never stalls the others. Whatever a table's share of a
-round raises (any exception, not only ours) is caught per table and decided by
-``lake/failures.py`` (``tidelake.errors.classify`` plus the resource faults a JVM error
-carries as text):
+Failure policy: one table's failure never stalls the others. Whatever a table's share of a round
+raises (any exception, not only ours) is caught per table and decided by ``lake/failures.py``
+(``tidelake.errors.classify`` plus the resource faults a JVM error carries as text):
 
 * refused or terminal (a DDL that cannot be applied, a record-key conflict Hudi refuses by
   its class): the table is **paused** with the cause (``paused.json``) until an operator
@@ -33,13 +32,12 @@ heartbeat, which ``status`` and ``serve`` list as errors. Every other table of t
 commits. With ``--once`` a table still failing at the end makes the run fail with its error
 (exit 1) after the other tables have committed.
 
-The ingest's local state goes through the ledger (``lake/ledger.py``): the cursor
-(``cursor.json``) only saves listing work, every decision comes from the per-table
-checkpoints read back from Hudi; after each commit one :class:`CommitRecord` is appended to
-``commits.jsonl``, the paused tables are in ``paused.json``, and the heartbeat says what the
-loop does. Operator requests (pause, resume, skip a DDL) come through ``lake/control.py``,
-which uses only :meth:`Ingestor.pause`, :meth:`Ingestor.resume` and
-:meth:`Ingestor.checkpoint_seq`.
+The ingest's local state goes through the ledger (``lake/ledger.py``): the cursor (``cursor.json``)
+only saves listing work, every decision comes from the per-table checkpoints read back from Hudi;
+after each commit one :class:`CommitRecord` is appended to ``commits.jsonl``, the paused tables are
+in ``paused.json``, and the heartbeat says what the loop does. Operator requests (pause, resume,
+skip a DDL) come through ``lake/control.py``, which uses only :meth:`Ingestor.pause`,
+:meth:`Ingestor.resume` and :meth:`Ingestor.checkpoint_seq`.
 """
 
 from __future__ import annotations
@@ -71,6 +69,7 @@ from tidelake.lake.jvm_errors import shorten
 from tidelake.lake.ledger import CommitRecord, Ledger, SkippedRecord
 from tidelake.lake.retention import StagedRetention
 from tidelake.lake.round_beat import RoundBeat
+from tidelake.lake.round_trace import RoundTrace
 from tidelake.lake.rules import rows_seq_last
 from tidelake.lake.source import ManifestSource
 from tidelake.lake.store import TableStore
@@ -157,6 +156,7 @@ class Ingestor:
         self._pause_lock = threading.Lock()
         self.round_beat = RoundBeat(lambda s, info, t: self.heartbeat(s, turn=t, round=info))
         self.control = TableControl(self.ledger)  # pause/resume asked by the API or CLI
+        self.trace = RoundTrace(self._apply_table)  # spans, with tracing on (docs/tracing.md)
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
         # again, and ``status`` must not go on showing it once the table ingests.
         self._write_paused()
@@ -331,7 +331,7 @@ class Ingestor:
         stream up to ``seq_last``; a table's failure is its own (:meth:`_failed`)."""
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="commit") as pool:
             futures = {
-                pool.submit(self._apply_table, table_id, events, seq_last, stop): table_id
+                pool.submit(self.trace.apply, table_id, events, seq_last, stop): table_id
                 for table_id, events in todo
             }
             for future in as_completed(futures):
@@ -396,7 +396,7 @@ class Ingestor:
         with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
         ddl_seqs = [e.seq for events in staged.events.values() for e in events if e.op is Op.DDL]
         plain_last = rows_seq_last(staged.seq_last, ddl_seqs)
-        with self.round_beat.running("applying"):
+        with self.round_beat.running("applying"), self.trace.round(staged, result):
             self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
             if with_ddl:
                 self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)

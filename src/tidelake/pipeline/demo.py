@@ -36,6 +36,7 @@ from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, prepare_home
+from tidelake.runtime import tracing
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
@@ -189,6 +190,8 @@ async def publish_workload(
     finally:
         await nc.close()
     published = Published()
+    # The demo's publisher is a capture: a span per message with tracing on (docs/tracing.md).
+    traces = tracing.setup(cfg.tracing, "capture")
     async with await Publisher.open(cfg.bus, url, on_acked=published.record) as pub:
         start = time.monotonic()
         sent = 0
@@ -205,6 +208,8 @@ async def publish_workload(
                 await asyncio.sleep(ahead)
         await pub.durable()
         elapsed = time.monotonic() - start
+    if traces is not None:
+        await asyncio.to_thread(traces.force_flush)
     return published, sent / elapsed if elapsed > 0 else 0.0
 
 

@@ -12,7 +12,10 @@ parts are extras (pyproject.toml ``[project.optional-dependencies]``):
 - ``kafka``: Kafka's client, for ``capture kafka``, ``demo --kafka`` and a Kafka bus
   (``bus.kind: kafka``; docs/kafka.md);
 - ``sinks``: the routes' clients (Redis, HTTP for webhooks and OpenSearch, PostgreSQL), for
-  ``route run``, ``route reprocess`` and ``demo --sinks`` (docs/routes.md).
+  ``route run``, ``route reprocess`` and ``demo --sinks`` (docs/routes.md);
+- ``tracing``: the OpenTelemetry SDK and its OTLP/HTTP exporter, for ``tracing.enabled``
+  (docs/tracing.md): asked for by ``runtime/tracing.py`` when a process sets tracing up, not
+  by a verb.
 
 ``cli.main`` asks :func:`check_command` before a verb runs, so a verb that needs an extra
 fails at once with the ``pip install`` line, and maps a ``ModuleNotFoundError`` raised later
@@ -36,6 +39,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "trino": ("trino",),
     "kafka": ("aiokafka",),
     "sinks": ("redis", "httpx"),
+    "tracing": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 
 #: verb -> the extras it always needs.

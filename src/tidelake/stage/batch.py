@@ -23,7 +23,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -178,12 +178,14 @@ class Batch(Generic[M]):
         *,
         batch_id: str | None = None,
         after_files: Callable[[], None] | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Manifest:
         """Write one JSON Lines file per table, THEN the manifest; return the manifest.
 
         Each :meth:`Storage.put` is durable when it returns, so once this returns the batch
         exists and its messages may be acknowledged. ``after_files`` runs between the files
-        and the manifest (the crash-test hook uses it).
+        and the manifest (the crash-test hook uses it). ``trace``: the stage span's W3C
+        context, kept in the manifest (docs/tracing.md).
         """
         if not self.messages:
             raise ValueError("an empty batch is not flushed")
@@ -207,6 +209,7 @@ class Batch(Generic[M]):
             dead_lettered=self.dead_lettered,
             skipped=self.skipped,
             counts_by_reason=dict(self.counts_by_reason),
+            trace=dict(trace or {}),
         )
         write_manifest(storage, manifest)
         return manifest

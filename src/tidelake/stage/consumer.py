@@ -48,6 +48,10 @@ the storage works. Decoding failures, including a decoder bug raising something 
 :class:`DecodeError`, and implausible positions (:mod:`tidelake.formats.positions`) are
 dead-lettered on the first delivery with their own reason.
 
+Traces (docs/tracing.md; off by default): each staged batch is one CONSUMER span covering
+files, manifest and acks, linked to the W3C contexts its messages carry (at most
+``tracing.max_links``); its own context goes into the manifest for the ingest.
+
 The counters, the stop request and the test-only crash hook ``TEST_TIDELAKE_CRASH_AT``
 (``after_files``, ``after_manifest``) are shared with the Kafka stager: ``stage/control.py``.
 """
@@ -72,6 +76,7 @@ from tidelake.bus.pull import PullFetcher
 from tidelake.config import BusConfig, Config, StageConfig
 from tidelake.errors import BusError, is_retryable
 from tidelake.retry import backoff_s
+from tidelake.runtime import tracing
 from tidelake.runtime.live_metrics import watch_stager
 from tidelake.runtime.metrics_server import beat
 from tidelake.runtime.storage import LocalStorage, Storage, open_storage
@@ -151,6 +156,8 @@ class Stager(StagerControl):
         self._yield_streak = 0
         #: Failed bus requests in a row (their back-off), while the bus is unreachable.
         self._bus_attempt = 0
+        #: This process's tracing (runtime/tracing.py); None when off.
+        self._tracing = tracing.active()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -674,8 +681,50 @@ class Stager(StagerControl):
 
     async def _finish(self, batch: Batch[Msg]) -> Manifest:
         """Files, then manifest (durable), then the acks of every message of the batch."""
+        if self._tracing is not None:
+            return await self._finish_traced(batch, self._tracing)
+        return await self._finish_batch(batch, time.monotonic(), {})
+
+    async def _finish_traced(self, batch: Batch[Msg], traces: tracing.Tracing) -> Manifest:
+        """:meth:`_finish_batch` inside the batch's stage span (module docstring)."""
         started = time.monotonic()
-        manifest = await self._flush(batch)
+        msgs = batch.messages
+        span = traces.start_stage(
+            (m.headers for m in msgs),
+            (m.subject for m in msgs),
+            stream=self.bus.stream.name,
+            messages=len(msgs),
+        )
+        carrier: dict[str, str] = {}
+        traces.inject(span, carrier)
+        try:
+            manifest = await self._finish_batch(batch, started, carrier)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_attribute("error.type", type(exc).__name__)
+            span.end()
+            raise
+        span.set_attributes(
+            {
+                "tidelake.manifest": manifest.name,
+                "tidelake.batch_id": manifest.batch_id,
+                "tidelake.seq_first": manifest.seq_first,
+                "tidelake.seq_last": manifest.seq_last,
+                "tidelake.staged": manifest.staged,
+                "tidelake.dead_lettered": manifest.dead_lettered,
+                "tidelake.skipped": manifest.skipped,
+                "tidelake.tables": [t.table_id for t in manifest.tables][: tracing.MAX_SUBJECTS],
+            }
+        )
+        span.end()
+        return manifest
+
+    async def _finish_batch(
+        self, batch: Batch[Msg], started: float, trace: dict[str, str]
+    ) -> Manifest:
+        """:meth:`_finish`'s work; ``trace`` (the stage span's context) goes into the
+        manifest."""
+        manifest = await self._flush(batch, trace)
         self._hook("after_manifest")()
         self._flushed_floor = max(self._flushed_floor, manifest.seq_last)
         late, self._late_acks = self._late_acks, []
@@ -691,7 +740,7 @@ class Stager(StagerControl):
         self._staged(batch, manifest, started)
         return manifest
 
-    async def _flush(self, batch: Batch[Msg]) -> Manifest:
+    async def _flush(self, batch: Batch[Msg], trace: dict[str, str]) -> Manifest:
         """Files, then manifest; a transient storage failure (disk full, object store down)
         is retried with back-off under the same batch id, the messages kept (module
         docstring), until it succeeds or the stager is stopped."""
@@ -701,7 +750,7 @@ class Stager(StagerControl):
             late = [*batch.extra_acks, *self._late_acks]
             await self._pause_for(exc, attempt, what, [*batch.messages, *late])
 
-        manifest = await self._write(batch, self.storage, hold)
+        manifest = await self._write(batch, self.storage, hold, trace)
         self._ok()
         self._stalled.clear()
         return manifest
@@ -811,6 +860,7 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
     if attempt:
         log.info("bus reachable", failed_attempts=attempt)
     try:
+        tracing.setup(cfg.tracing, "stager")  # before the Stager: it asks tracing.active()
         storage = open_storage(cfg.stage_root, cfg.storage.s3)
         stager = Stager(nc, cfg.bus, cfg.stage, storage)
         watch_stager(stager.stats)  # what this process's /metrics shows
@@ -822,6 +872,8 @@ async def run_stager(cfg: Config, *, once: bool = False, url: str | None = None)
             return await stager.run(once=once)
     finally:
         await nc.close()
+        # The last stage spans are exported before the process ends (no-op when off).
+        await asyncio.to_thread(tracing.shutdown)
 
 
 def _bus_unreachable(exc: BaseException) -> bool:

@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,17 +111,22 @@ class StagerControl:
         batch: Batch[Any],
         storage: Storage,
         hold: Callable[[BaseException, int, str], Awaitable[None]],
+        trace: Mapping[str, str] | None = None,
     ) -> Manifest:
         """Write ``batch`` (files, then manifest) under one batch id; after a transient
         failure (disk full, object store down) ``hold(error, attempt, what)`` waits the
         back-off, keeping the batch's input, and the write is tried again, until it succeeds
-        or the stager is stopped."""
+        or the stager is stopped. ``trace`` goes into the manifest (docs/tracing.md)."""
         batch_id = new_batch_id()
         attempt = 0
         while True:
             try:
                 return await asyncio.to_thread(
-                    batch.flush, storage, batch_id=batch_id, after_files=self._hook("after_files")
+                    batch.flush,
+                    storage,
+                    batch_id=batch_id,
+                    after_files=self._hook("after_files"),
+                    trace=trace,
                 )
             except Exception as exc:
                 if not is_retryable(exc) or self.stopping:

@@ -78,12 +78,16 @@ class Manifest:
     #: Messages that carry no row (TIDB_WATERMARK and the like), counted not staged.
     skipped: int = 0
     counts_by_reason: dict[str, int] = field(default_factory=dict)
+    #: The W3C context (``traceparent``, ``tracestate``) of the stage span that wrote this
+    #: batch, with tracing on (docs/tracing.md): the ingest links its round to it. Empty off.
+    trace: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return f"{MANIFEST_DIR}/{self.seq_last:020d}-{self.seq_first:020d}-{self.batch_id}.json"
 
     def to_json(self) -> bytes:
+        extra: dict[str, Any] = {"trace": self.trace} if self.trace else {}
         return orjson.dumps(
             {
                 "version": MANIFEST_VERSION,
@@ -101,6 +105,7 @@ class Manifest:
                 "dead_lettered": self.dead_lettered,
                 "skipped": self.skipped,
                 "counts_by_reason": self.counts_by_reason,
+                **extra,
             },
             option=orjson.OPT_INDENT_2,
         )
@@ -126,6 +131,7 @@ class Manifest:
                 dead_lettered=int(d.get("dead_lettered", 0)),
                 skipped=int(d.get("skipped", 0)),
                 counts_by_reason=dict(d.get("counts_by_reason") or {}),
+                trace={str(k): str(v) for k, v in (d.get("trace") or {}).items()},
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"malformed manifest: {exc}") from exc
