@@ -334,17 +334,34 @@ def create_app(
                 raise bus_failed(exc) from exc
             raise
 
-    def _route(name: str) -> None:
-        from tidelake.route.registry import RouteRegistry
-
-        if name not in RouteRegistry(cfg).routes():
-            raise HTTPException(404, f"no route {name!r}")
-
     def _registry_change(change: Callable[[], Any]) -> Any:
         try:
             return change()
         except ConfigError as exc:
             raise HTTPException(422, str(exc)) from exc
+
+    def _registry(kind: str) -> Any:
+        """The run-time registry of routes or sources (runtime/registry.py)."""
+        if kind == "route":
+            from tidelake.route.registry import RouteRegistry
+
+            return RouteRegistry(cfg)
+        from tidelake.capture.source_registry import SourceRegistry
+
+        return SourceRegistry(cfg)
+
+    def _known(kind: str, name: str) -> None:
+        """404 unless the registry of ``kind`` has ``name`` (422: it is unreadable)."""
+        if name not in _registry_change(_registry(kind).entries):
+            raise HTTPException(404, f"no {kind} {name!r}")
+
+    def _change(kind: str, name: str, change: str) -> None:
+        """``pause``, ``resume`` or ``remove`` the ``kind`` named ``name``."""
+        _known(kind, name)
+        _registry_change(lambda: getattr(_registry(kind), change)(name))
+
+    def _route(name: str) -> None:
+        _known("route", name)
 
     @app.get("/api/routes", tags=["routes"], dependencies=auth)
     async def routes() -> dict[str, Any]:
@@ -372,28 +389,19 @@ def create_app(
     @app.post("/api/routes/{name}/pause", tags=["routes"], dependencies=auth)
     async def route_pause(name: str) -> dict[str, Any]:
         """Pause a route: it stops fetching within seconds; its consumer keeps its place."""
-        from tidelake.route.registry import RouteRegistry
-
-        _route(name)
-        _registry_change(lambda: RouteRegistry(cfg).pause(name))
+        _change("route", name, "pause")
         return {"route": name, "paused": True}
 
     @app.post("/api/routes/{name}/resume", tags=["routes"], dependencies=auth)
     async def route_resume(name: str) -> dict[str, Any]:
         """Resume a route paused at run time."""
-        from tidelake.route.registry import RouteRegistry
-
-        _route(name)
-        _registry_change(lambda: RouteRegistry(cfg).resume(name))
+        _change("route", name, "resume")
         return {"route": name, "paused": False}
 
     @app.delete("/api/routes/{name}", tags=["routes"], dependencies=auth)
     async def route_remove(name: str) -> dict[str, Any]:
         """Remove a route: its process exits; its consumer stays on the bus."""
-        from tidelake.route.registry import RouteRegistry
-
-        _route(name)
-        _registry_change(lambda: RouteRegistry(cfg).remove(name))
+        _change("route", name, "remove")
         return {"route": name, "removed": True}
 
     @app.get("/api/routes/{name}/messages", tags=["routes"], dependencies=auth)
@@ -445,12 +453,6 @@ def create_app(
             runner.sink.close()
         return {"route": name, **dataclasses.asdict(result)}
 
-    def _source(name: str) -> None:
-        from tidelake.capture.source_registry import SourceRegistry
-
-        if name not in _registry_change(lambda: SourceRegistry(cfg).sources()):
-            raise HTTPException(404, f"no source {name!r}")
-
     @app.get("/api/sources", tags=["sources"], dependencies=auth)
     async def sources() -> dict[str, Any]:
         """Each source (docs/rest-source.md, Managed sources): its table, state, saved
@@ -478,28 +480,19 @@ def create_app(
     @app.post("/api/sources/{name}/pause", tags=["sources"], dependencies=auth)
     async def source_pause(name: str) -> dict[str, Any]:
         """Pause a source: it stops polling within seconds; its cursor stays where it is."""
-        from tidelake.capture.source_registry import SourceRegistry
-
-        _source(name)
-        _registry_change(lambda: SourceRegistry(cfg).pause(name))
+        _change("source", name, "pause")
         return {"source": name, "paused": True}
 
     @app.post("/api/sources/{name}/resume", tags=["sources"], dependencies=auth)
     async def source_resume(name: str) -> dict[str, Any]:
         """Resume a source paused at run time: it polls from its saved cursor."""
-        from tidelake.capture.source_registry import SourceRegistry
-
-        _source(name)
-        _registry_change(lambda: SourceRegistry(cfg).resume(name))
+        _change("source", name, "resume")
         return {"source": name, "paused": False}
 
     @app.delete("/api/sources/{name}", tags=["sources"], dependencies=auth)
     async def source_remove(name: str) -> dict[str, Any]:
         """Remove a source: its process exits; its cursor file stays."""
-        from tidelake.capture.source_registry import SourceRegistry
-
-        _source(name)
-        _registry_change(lambda: SourceRegistry(cfg).remove(name))
+        _change("source", name, "remove")
         return {"source": name, "removed": True}
 
     @app.post("/api/capture/snapshot", tags=["capture"], dependencies=auth)

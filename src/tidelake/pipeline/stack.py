@@ -261,71 +261,55 @@ class LocalStack:
         removed (``route/registry.py``); what changed, as ``+name``/``-name``."""
         if self.on_kafka:
             return []
-        try:
-            wanted = set(RouteRegistry(self.cfg).routes())
-        except ConfigError as exc:  # a registry written badly by hand: keep what runs
-            log.warning("route registry unreadable; routes left as they are", error=str(exc))
-            return []
-        running = {
-            c.name.removeprefix("route-") for c in self.children if c.name.startswith("route-")
-        }
-        changes = []
-        for name in sorted(wanted - running):
-            child = StageProcess(
-                f"route-{name}",
-                tidelake_argv("route", "run", name),
-                self.env,
-                self.cfg.home.resolve() / "logs" / f"route-{name}.log",
-                die_with_parent=self.die_with_parent,
-            )
-            if self.cfg.metrics.port is not None:  # the next port after every one in use
-                used = [int(c.env.get(PORT_ENV, "0")) for c in self.children]
-                child.env[PORT_ENV] = str(max([*used, self.cfg.metrics.port]) + 1)
-            self.children.append(child)
-            child.start()
-            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
-            changes.append(f"+{name}")
-        for name in sorted(running - wanted):
-            child = self.child(f"route-{name}")
-            child.stop()
-            self.children.remove(child)
-            log.info("stopped", stage=child.name, reason="route removed")
-            changes.append(f"-{name}")
-        return changes
+        return self._sync_managed("route")
 
     def sync_sources(self) -> list[str]:
         """Start a process for each source added at run time, stop the one of each source
         removed (``capture/source_registry.py``); what changed, as ``+name``/``-name``."""
+        return self._sync_managed("source")
+
+    def _wanted(self, kind: str) -> set[str]:
+        """The names in effect of a run-time registry's ``kind`` (``route``, ``source``).
+        Raises ConfigError for a registry written badly by hand."""
+        registry = RouteRegistry(self.cfg) if kind == "route" else SourceRegistry(self.cfg)
+        return set(registry.entries())
+
+    def _sync_managed(self, kind: str) -> list[str]:
+        """One process ``<kind>-<name>`` (``tidelake <kind> run <name>``) per entry of the
+        registry: started for one added, stopped for one removed."""
         try:
-            wanted = set(SourceRegistry(self.cfg).sources())
+            wanted = self._wanted(kind)
         except ConfigError as exc:  # a registry written badly by hand: keep what runs
-            log.warning("source registry unreadable; sources left as they are", error=str(exc))
+            log.warning(f"{kind} registry unreadable; left as they are", error=str(exc))
             return []
-        running = {
-            c.name.removeprefix("source-") for c in self.children if c.name.startswith("source-")
-        }
+        prefix = f"{kind}-"
+        running = {c.name.removeprefix(prefix) for c in self.children if c.name.startswith(prefix)}
         changes = []
         for name in sorted(wanted - running):
             child = StageProcess(
-                f"source-{name}",
-                tidelake_argv("source", "run", name),
+                prefix + name,
+                tidelake_argv(kind, "run", name),
                 self.env,
-                self.cfg.home.resolve() / "logs" / f"source-{name}.log",
+                self.cfg.home.resolve() / "logs" / f"{prefix}{name}.log",
                 die_with_parent=self.die_with_parent,
             )
             if self.cfg.metrics.port is not None:  # the next port after every one in use
                 used = [int(c.env.get(PORT_ENV, "0")) for c in self.children]
                 child.env[PORT_ENV] = str(max([*used, self.cfg.metrics.port]) + 1)
-            # A producer: first in the stop order, so nothing new arrives while the rest stop.
-            self.children.insert(0, child)
+            if kind == "source":
+                # A producer: first in the stop order, so nothing new arrives while the rest
+                # stop.
+                self.children.insert(0, child)
+            else:
+                self.children.append(child)
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
             changes.append(f"+{name}")
         for name in sorted(running - wanted):
-            child = self.child(f"source-{name}")
+            child = self.child(prefix + name)
             child.stop()
             self.children.remove(child)
-            log.info("stopped", stage=child.name, reason="source removed")
+            log.info("stopped", stage=child.name, reason=f"{kind} removed")
             changes.append(f"-{name}")
         return changes
 
@@ -337,14 +321,14 @@ class LocalStack:
         max_backoff_s: float = 30.0,
     ) -> list[str]:
         """Start again each stage process that exited, after the retriers' growing back-off
-        (``restarts`` counts each one's restarts); not a source's process when the source is
-        no longer in the registry (it exited because it was removed: :meth:`sync_sources`
+        (``restarts`` counts each one's restarts); not a route's or a source's process when
+        it is no longer in its registry (it exited because it was removed: the next sync
         lets it go), nor anything once ``stopping()``. The names restarted."""
         restarted = []
         for child in list(self.children):
             if child.alive() or stopping():
                 continue
-            if child.name.startswith("source-") and not self._source_wanted(child.name):
+            if not self._still_wanted(child.name):
                 continue
             restarts[child.name] = restarts.get(child.name, 0) + 1
             pause = backoff_s(restarts[child.name], max_wait_s=max_backoff_s)
@@ -362,11 +346,16 @@ class LocalStack:
             restarted.append(child.name)
         return restarted
 
-    def _source_wanted(self, child_name: str) -> bool:
+    def _still_wanted(self, child_name: str) -> bool:
+        """Whether a child is still wanted: a route's or a source's while its registry has
+        it (an unreadable registry keeps what runs running), any other always."""
+        kind, _, name = child_name.partition("-")
+        if kind not in ("route", "source") or not name:
+            return True
         try:
-            return child_name.removeprefix("source-") in SourceRegistry(self.cfg).sources()
+            return name in self._wanted(kind)
         except ConfigError:
-            return True  # unreadable: keep what runs running
+            return True
 
     # -- health --------------------------------------------------------------------------------
 

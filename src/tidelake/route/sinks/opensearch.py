@@ -182,9 +182,6 @@ from tidelake.route.change import (
     scalar_text,
     split_at_schema,
 )
-
-# The schema-change rules both key-value sinks share (pure; route/sinks/redis.py documents
-# them): which steps turn a stored row into the source's, and what an added column holds.
 from tidelake.route.schema import (
     COLUMN_OPS,
     ColumnStep,
