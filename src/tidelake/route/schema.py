@@ -180,8 +180,8 @@ def column_steps(
 
 def rewrite_row(row: Mapping[str, _T], steps: Sequence[ColumnStep]) -> dict[str, Any]:
     """``row`` (column → stored value) after ``steps``; a renamed column keeps its place.
-    Steps are not all idempotent (``RENAME a TO b, ADD a``), so a sink rewrites a row once:
-    the rewritten row takes the schema change's position (module doc)."""
+    Steps are not all idempotent (``RENAME a TO b, ADD a``), so a sink rewrites a row once
+    (it marks the row with the schema change's position; the row keeps its own)."""
     out: dict[str, Any] = dict(row)
     for step in steps:
         if step.kind == "drop":

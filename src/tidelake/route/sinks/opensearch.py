@@ -136,8 +136,9 @@ operation                   what the sink does
 A column operation rewrites only rows whose position is below ``S`` (a row a newer change
 wrote has the new shape), all the statement's column operations on one table in one pass,
 each document by an update that checks its position is still the one read; the rewritten
-document's ``_tl_position`` becomes ``S`` — the row as the source has it at ``S`` — so a retry
-does not rewrite it twice. A schema change the sink cannot apply is :class:`ChangesRejected`
+document keeps its ``_tl_position`` (a change of that key delivered late — a redelivery after
+a kill comes after newer messages — still meets it) and ``_tl_schema`` becomes ``S``, so a
+retry does not rewrite it twice. A schema change the sink cannot apply is :class:`ChangesRejected`
 with the reason (dead-lettered alone; the rest of the batch is applied again).
 
 **Durability.** A bulk response whose items have no error means each operation is in the
@@ -204,14 +205,17 @@ log = structlog.get_logger(__name__)
 POSITION_FIELD = "_tl_position"
 #: The tombstone's marker field (true in a tombstone, absent in a row).
 DELETED_FIELD = "_tl_deleted"
+#: A document's field holding the position of the last schema change that rewrote it (a
+#: rewrite keeps the document's own position: a change of that key delivered late meets it).
+SCHEMA_FIELD = "_tl_schema"
 #: The last part of a table's concrete index name (module doc).
 VERSIONS_SUFFIX = "%versions"
 #: The last part of the index holding the tables' schema documents (module doc).
 SCHEMA_SUFFIX = "%schema"
 #: The schema document's fields: the last schema change applied, the last emptying.
 APPLIED_FIELD = "applied"
-#: The schema document's ``log``: position → the column steps of the change there
-#: (route/schema.py ``steps_json``), for a row change of before it arriving later.
+#: The schema document's ``log``: the mark of a column change (``applied_mark``) → its column
+#: steps (route/schema.py ``steps_json``), for a row change of before it arriving later.
 LOG_FIELD = "log"
 CLEARED_FIELD = "cleared"
 #: Documents per scroll page and per bulk request of a schema change.
@@ -406,7 +410,8 @@ def field_mapping(source_type: str | None) -> dict[str, Any]:
 
 def own_fields() -> dict[str, Any]:
     """The sink's own fields of every index."""
-    return {POSITION_FIELD: {"type": "keyword"}, DELETED_FIELD: {"type": "boolean"}}
+    keyword = {"type": "keyword"}
+    return {POSITION_FIELD: keyword, DELETED_FIELD: {"type": "boolean"}, SCHEMA_FIELD: keyword}
 
 
 def schema_index_body() -> dict[str, Any]:
@@ -495,7 +500,7 @@ def index_body(properties: Mapping[str, Any], alias: str) -> dict[str, Any]:
 
 def check_column(column: str) -> None:
     """Raise :class:`ValueError` for a column name the sink cannot write as a field."""
-    if column in (POSITION_FIELD, DELETED_FIELD):
+    if column in (POSITION_FIELD, DELETED_FIELD, SCHEMA_FIELD):
         raise ValueError(f"column {column!r} is the sink's own field")
     if not column or "." in column:
         raise ValueError(f"column {column!r}: an empty name or a '.' is not a field name here")
@@ -814,8 +819,15 @@ class OpenSearchSink:
             return {}
         out: dict[str, list[tuple[str, list[ColumnStep]]]] = {}
         for doc in self._expect(resp, f"reading {index}").get("docs", []):
-            logged = (doc.get("_source") or {}).get(LOG_FIELD) or {}
-            out[str(doc["_id"])] = sorted((at, steps_from_json(t)) for at, t in logged.items())
+            source = doc.get("_source") or {}
+            applied = source.get(APPLIED_FIELD) or ""
+            # Only a change whose rewrite is done (its mark reached): until then a row of
+            # before it is written as it is, and the rewrite, when it runs again, takes it.
+            out[str(doc["_id"])] = sorted(
+                (mark.split("#", 1)[0], steps_from_json(text))
+                for mark, text in (source.get(LOG_FIELD) or {}).items()
+                if mark <= applied
+            )
         return out
 
     def _forward(self, rows: Sequence[RowChange]) -> list[RowChange]:
@@ -832,9 +844,9 @@ class OpenSearchSink:
         """Raise the table's schema fields to ``fields`` (never lowers one); durable on return."""
         self._update_record(table, fields, None)
 
-    def _log_steps(self, table: str, position: str, steps: str) -> None:
-        """Log the column steps (JSON) of the table's schema change at ``position``."""
-        self._update_record(table, {}, (position, steps))
+    def _log_steps(self, table: str, mark: str, steps: str) -> None:
+        """Log the column steps (JSON) of the table's schema change under its ``mark``."""
+        self._update_record(table, {}, (mark, steps))
 
     def _update_record(
         self, table: str, fields: Mapping[str, str], log_steps: tuple[str, str] | None
@@ -1203,11 +1215,13 @@ class OpenSearchSink:
         mapped = self._mapping_of(index)
         if mapped is not None:
             added = self._planned_fields(ops, mapped)
+            if SCHEMA_FIELD not in mapped:  # an index made before the sink had the field
+                added[SCHEMA_FIELD] = own_fields()[SCHEMA_FIELD]
             fields = {**mapped, **added}
             steps: list[ColumnStep] = []
             taken = column_steps(ops, change.commit_ts_ms, self._zone)
-            if taken:  # logged first, for a row change of before it that arrives later
-                self._log_steps(table, change.position, steps_json(taken))
+            if taken:  # logged first, under the mark reached once the rewrite is done
+                self._log_steps(table, mark, steps_json(taken))
             for step in taken:
                 if step.kind == "set":
                     field = fields.get(step.name, {})
@@ -1235,10 +1249,13 @@ class OpenSearchSink:
 
     def _rewrite(self, index: str, steps: Sequence[ColumnStep], position: str) -> int:
         """Rewrite the rows of ``index`` below ``position``; the number rewritten."""
-        below = {
+        below = {  # written before the change, and not rewritten by it yet
             "bool": {
                 "filter": [{"range": {POSITION_FIELD: {"lt": position}}}],
-                "must_not": [{"term": {DELETED_FIELD: True}}],
+                "must_not": [
+                    {"term": {DELETED_FIELD: True}},
+                    {"range": {SCHEMA_FIELD: {"gte": position}}},
+                ],
             }
         }
         done = 0
@@ -1250,10 +1267,13 @@ class OpenSearchSink:
                 for hit in hits:
                     row = dict(hit.get("_source", {}))
                     at = row.pop(POSITION_FIELD, None)
+                    row.pop(SCHEMA_FIELD, None)
                     new = rewrite_row(row, steps)
                     if at is None or new == row:
                         continue
-                    doc = {**new, POSITION_FIELD: position}
+                    # Its own position stays (a change of the key delivered late meets it);
+                    # the mark keeps a retry from rewriting it twice.
+                    doc = {**new, POSITION_FIELD: at, SCHEMA_FIELD: position}
                     params = {"expect": at, "doc": doc}
                     lines += script_lines(index, hit["_id"], REWRITE_SCRIPT, params)
                 if lines:

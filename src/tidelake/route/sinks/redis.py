@@ -82,10 +82,11 @@ operation                   what the sink does
 A column operation rewrites only rows whose position is below ``S`` (a row a newer change
 wrote has the new shape), all the statement's column operations on one table in one pass,
 each row in one Lua call that checks the row's position is still the one read: the row's
-fields change, its TTL stays, and its ``_tl_position`` becomes ``S`` — the row as the source
-has it at ``S`` — so a retry does not rewrite it twice. A schema change the sink cannot apply
-is :class:`ChangesRejected` with the reason (dead-lettered alone; the rest of the batch is
-applied again).
+fields change, its TTL and its ``_tl_position`` stay (a change of that key delivered late —
+a redelivery after a kill comes after newer messages — still meets the row's own position),
+and ``_tl_schema`` becomes ``S``, so a retry does not rewrite it twice. A schema change the
+sink cannot apply is :class:`ChangesRejected` with the reason (dead-lettered alone; the rest
+of the batch is applied again).
 
 Durability: :meth:`RedisSink.apply` returns when Redis answered the scripts, and that write is
 on disk only as far as the server's persistence says. Run Redis with ``appendonly yes``; with
@@ -152,6 +153,9 @@ _T = TypeVar("_T")
 
 #: The row hash's field holding the position of the change that wrote it.
 POSITION_FIELD = "_tl_position"
+#: The row hash's field holding the position of the last schema change that rewrote it (a
+#: rewrite keeps the row's own position: a change of that key delivered late still meets it).
+SCHEMA_FIELD = "_tl_schema"
 #: The last part of a table's tombstone hash (unreachable by an escaped key: module doc).
 TOMBSTONES = "%tombstones"
 #: The last part of a table's schema hash (unreachable by an escaped key: module doc).
@@ -313,7 +317,7 @@ for i = 1, #KEYS do
   a = s0 + 2 * ns
   if kind(KEYS[i]) == 'hash' and redis.call('HGET', KEYS[i], '_tl_position') == expected then
     if nd > 0 then redis.call('HDEL', KEYS[i], unpack(ARGV, d0, d0 + nd - 1)) end
-    local fields = {'_tl_position', ARGV[1]}
+    local fields = {'_tl_schema', ARGV[1]}
     for j = s0, a - 1 do fields[#fields + 1] = ARGV[j] end
     redis.call('HSET', KEYS[i], unpack(fields))
   else
@@ -451,8 +455,8 @@ def encode_row(row: Mapping[str, Any]) -> list[str]:
     :class:`ValueError` for a column named as the position field or a value with no text."""
     flat: list[str] = []
     for column, value in row.items():
-        if column == POSITION_FIELD:
-            raise ValueError(f"column {POSITION_FIELD!r} is the sink's own field")
+        if column in (POSITION_FIELD, SCHEMA_FIELD):
+            raise ValueError(f"column {column!r} is the sink's own field")
         try:
             text = encode_value(value)
         except (TypeError, ValueError) as exc:
@@ -756,9 +760,10 @@ class RedisSink:
         if applied is not None and applied >= mark:
             return
         if steps:
-            # Logged first, for a row change of before it that arrives later (forward()).
+            # Logged first, under the mark that says the rewrite is done: a row change of
+            # before it that arrives later is brought forward once the mark is reached.
             key = schema_key(self.config.key_prefix, table)
-            self._client.hset(key, LOG_FIELD + position, steps_json(steps))
+            self._client.hset(key, LOG_FIELD + mark, steps_json(steps))
             rows = 0
             for page in self._row_pages(table):
                 rows += self._rewrite_page(page, steps, position)
@@ -775,10 +780,14 @@ class RedisSink:
                 held = self._client.hgetall(key)
             except rex.ResponseError:  # another type: the row script refuses the changes
                 held = {}
+            fields = {_text(k): _text(v) for k, v in held.items()}
+            applied = fields.get(APPLIED_FIELD, "")
+            # Only a change whose rewrite is done (its mark reached): until then a row of
+            # before it is written as it is, and the rewrite, when it runs again, takes it.
             history[table] = sorted(
-                (_text(field)[len(LOG_FIELD) :], steps_from_json(_text(value)))
-                for field, value in held.items()
-                if _text(field).startswith(LOG_FIELD)
+                (name[len(LOG_FIELD) :].split("#", 1)[0], steps_from_json(value))
+                for name, value in fields.items()
+                if name.startswith(LOG_FIELD) and name[len(LOG_FIELD) :] <= applied
             )
         return [
             forward(c, [s for at, taken in history[c.table] if at > c.position for s in taken])
@@ -800,8 +809,9 @@ class RedisSink:
                 if not isinstance(fields, dict):
                     continue  # another type: not a row of this sink
                 at = fields.pop(POSITION_FIELD.encode(), None)
-                if at is None or _raw(at) >= limit:
-                    continue
+                rewritten = fields.pop(SCHEMA_FIELD.encode(), None)
+                if at is None or _raw(at) >= limit or (rewritten and _raw(rewritten) >= limit):
+                    continue  # written after the change, or rewritten by it already
                 row = {_text(name): value for name, value in fields.items()}
                 new = rewrite_row(row, steps)
                 gone = [_raw(name) for name in row if name not in new]

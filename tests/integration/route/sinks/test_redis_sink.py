@@ -301,18 +301,33 @@ def test_drop_and_rename_column_rewrite_the_rows_below_the_change(
             up(5, 21, state="after"),
         ]
     )
-    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
-    assert {"_tl_position": pos(20), "id": "2", "state": "b"} == row(client, prefix, 2)
-    assert {"_tl_position": pos(20), "id": "3"} == row(client, prefix, 3)
-    assert {"_tl_position": pos(20), "id": "4", "state": "d"} == row(client, prefix, 4)
+    # Rewritten rows keep their own position, marked with the change's.
+    mark = {"_tl_schema": pos(20)}
+    assert {"_tl_position": pos(10), "id": "1", "state": "a", **mark} == row(client, prefix, 1)
+    assert {"_tl_position": pos(11), "id": "2", "state": "b", **mark} == row(client, prefix, 2)
+    assert {"_tl_position": pos(12), "id": "3", **mark} == row(client, prefix, 3)
+    assert {"_tl_position": pos(13), "id": "4", "state": "d", **mark} == row(client, prefix, 4)
     assert {"_tl_position": pos(21), "id": "5", "state": "after"} == row(client, prefix, 5)
-    # A replayed old-shape upsert below the change cannot land over the rewritten row.
-    sink.apply([up(1, 15, status="old shape", note="x")])
-    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
+    # A replay of a change the row has already changes nothing.
+    sink.apply([up(1, 10, status="a", note="x")])
+    assert {"_tl_position": pos(10), "id": "1", "state": "a", **mark} == row(client, prefix, 1)
     # A change of before the DDL never applied (a dead letter re-processed now) lands in the
     # table's present shape: brought forward through the logged steps.
     sink.apply([up(6, 14, status="late", note="gone")])
     assert {"_tl_position": pos(14), "id": "6", "state": "late"} == row(client, prefix, 6)
+
+
+def test_a_change_redelivered_after_a_later_ddl_still_lands(
+    sink: RedisSink, client: redislib.Redis, prefix: str
+) -> None:
+    """After a kill -9, JetStream redelivers the unacknowledged batch *after* newer messages
+    the restarted route already applied, a DDL among them: an update and a delete of that
+    batch must still land (the rewrite keeps the rows' own positions), in the new shape."""
+    sink.apply([up(1, 10, status="a"), up(2, 11, status="b")])
+    sink.apply([schema(30, ddl.RenameColumn(ORDERS, "status", "state"))])  # the newer batch
+    sink.apply([up(1, 20, status="updated"), delete(2, 21)])  # the redelivered one
+    assert {"_tl_position": pos(20), "id": "1", "state": "updated"} == row(client, prefix, 1)
+    assert {} == row(client, prefix, 2)
 
 
 def test_a_column_change_leaves_a_row_a_newer_change_wrote(
@@ -321,7 +336,9 @@ def test_a_column_change_leaves_a_row_a_newer_change_wrote(
     """A row above the change (written by a replay past it, say) already has the new shape."""
     sink.apply([up(1, 10, status="a"), up(2, 30, state="new shape")])
     sink.apply([schema(20, ddl.RenameColumn(ORDERS, "status", "state"))])
-    assert {"_tl_position": pos(20), "id": "1", "state": "a"} == row(client, prefix, 1)
+    assert {"_tl_position": pos(10), "id": "1", "state": "a", "_tl_schema": pos(20)} == row(
+        client, prefix, 1
+    )
     assert {"_tl_position": pos(30), "id": "2", "state": "new shape"} == row(client, prefix, 2)
 
 
@@ -342,10 +359,13 @@ def test_add_column_gives_existing_rows_the_default(
         ]
     )
     at = "2024-05-06 07:08:09.000"  # to the second, as the lake (route/schema.py)
-    assert {"_tl_position": pos(20), "id": "1", "status": "a", "note": "n/a", "at": at} == row(
-        client, prefix, 1
+    mark = {"_tl_schema": pos(20)}
+    assert {"_tl_position": pos(10), "id": "1", "status": "a", "note": "n/a", "at": at, **mark} == (
+        row(client, prefix, 1)
     )
-    assert {"_tl_position": pos(20), "id": "2", "note": "n/a", "at": at} == row(client, prefix, 2)
+    assert {"_tl_position": pos(11), "id": "2", "note": "n/a", "at": at, **mark} == row(
+        client, prefix, 2
+    )
 
 
 def test_current_timestamp_is_the_commit_time_in_the_source_zone(
@@ -370,9 +390,9 @@ def test_modify_column_to_a_decimal_gives_its_values_the_scale(
     sink.apply([up(1, 10, price="1.5", label="x"), up(2, 11, price="2.125"), up(3, 12)])
     modify = ddl.ModifyColumn(ORDERS, "price", "decimal(12,2)", new_name="cost")
     sink.apply([schema(20, modify, ddl.ModifyColumn(ORDERS, "label", "text"))])
-    assert {"_tl_position": pos(20), "id": "1", "cost": "1.50", "label": "x"} == row(
-        client, prefix, 1
-    )
+    assert {
+        "_tl_position": pos(10), "id": "1", "cost": "1.50", "label": "x", "_tl_schema": pos(20)
+    } == row(client, prefix, 1)  # fmt: skip
     assert "2.13" == row(client, prefix, 2)["cost"]
     assert {"_tl_position": pos(12), "id": "3"} == row(client, prefix, 3)  # nothing to change
 
@@ -438,7 +458,7 @@ def test_replaying_a_batch_with_ddl_changes_nothing(
     ]
     sink.apply(batch)
     before = everything(client, prefix)
-    assert {"_tl_position": pos(17), "id": "4"} == row(client, prefix, 4)
+    assert {"_tl_position": pos(16), "id": "4", "_tl_schema": pos(17)} == row(client, prefix, 4)
     sink.apply(batch)
     sink.apply(batch[2:])
     assert before == everything(client, prefix)
@@ -455,10 +475,15 @@ def test_a_column_change_killed_halfway_is_finished_once(
     sink.apply([change])
     client.hdel(schema_key(prefix, TABLE), "applied")
     client.hset(row_key(prefix, TABLE, "2"), mapping={"_tl_position": pos(11), "a": "8"})
-    client.hdel(row_key(prefix, TABLE, "2"), "b")  # row 2 as if not reached before the kill
+    client.hdel(row_key(prefix, TABLE, "2"), "b", "_tl_schema")  # as if not reached before
     sink.apply([change])
-    assert {"_tl_position": pos(20), "id": "1", "a": "0", "b": "7"} == row(client, prefix, 1)
-    assert {"_tl_position": pos(20), "id": "2", "a": "0", "b": "8"} == row(client, prefix, 2)
+    mark = {"_tl_schema": pos(20)}
+    assert {"_tl_position": pos(10), "id": "1", "a": "0", "b": "7", **mark} == row(
+        client, prefix, 1
+    )
+    assert {"_tl_position": pos(11), "id": "2", "a": "0", "b": "8", **mark} == row(
+        client, prefix, 2
+    )
 
 
 def test_a_refused_schema_change_dead_letters_only_its_seq(
