@@ -800,7 +800,7 @@ class TracingConfig(_Model):
 
     Off by default: then nothing of the OpenTelemetry SDK is imported and no header is added.
     On, each process exports its spans by OTLP/HTTP (protobuf) to ``otlp_endpoint`` as the
-    service ``<service_name>-capture``, ``-stager`` or ``-ingest``."""
+    service ``<service_name>-capture``, ``-stager``, ``-ingest`` or ``-route``."""
 
     enabled: bool = Field(False, description="export traces (needs tidelake[tracing])")
     otlp_endpoint: str = Field(
@@ -810,21 +810,22 @@ class TracingConfig(_Model):
     service_name: str = Field(
         "tidelake",
         min_length=1,
-        description="prefix of each process's service.name: <prefix>-capture, -stager, -ingest",
+        description="prefix of each process's service.name: <prefix>-capture, -stager, -ingest, "
+        "-route",
     )
     sample_ratio: float = Field(
         1.0,
         ge=0.0,
         le=1.0,
-        description="share of new traces recorded (publish spans without a parent, stage and "
-        "ingest spans: each starts one); a child span keeps its parent's decision",
+        description="share of new traces recorded (publish spans without a parent, stage, "
+        "ingest and route spans: each starts one); a child span keeps its parent's decision",
     )
     max_links: int = Field(
         128,
         ge=0,
         le=1024,
-        description="most span links a stage or ingest span carries (the first distinct contexts "
-        "of its batch); the rest are counted in tidelake.links.unlinked, not linked",
+        description="most span links a stage, ingest or route span carries (the first distinct "
+        "contexts of its batch); the rest are counted in tidelake.links.unlinked, not linked",
     )
     otlp_headers: SecretStr | None = Field(
         None,

@@ -1,5 +1,6 @@
 """Integration fixtures: a real ``nats-server`` per test module, isolated streams per test;
-private MariaDB and PostgreSQL servers, one per test module that asks for them."""
+private MariaDB and PostgreSQL servers and a Jaeger (OTLP receiver), one per test module
+that asks for them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from stagekit import StageEnv, make_stage_env
 
+from support.jaeger import Jaeger, jaeger_binary
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.servers import MariaDBServer, PostgresServer
 
@@ -45,6 +47,17 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServe
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="module")
+def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
+    """A real OTLP receiver (Jaeger v2, in-memory storage) on free ports of 127.0.0.1, for the
+    tracing tests (tests/support/jaeger.py)."""
+    binary = jaeger_binary()
+    if binary is None:
+        pytest.skip("jaeger not built: run scripts/setup with TIDELAKE_SETUP_TESTS=1")
+    with Jaeger(binary, tmp_path_factory.mktemp("jaeger")) as server:
+        yield server
 
 
 @pytest.fixture

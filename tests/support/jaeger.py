@@ -187,7 +187,34 @@ class Jaeger:
                     out.append({**span, "serviceName": name})
         return out
 
+    def wait_spans(self, service: str, want: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """:meth:`spans` of ``service`` once there are at least ``want`` (the SDK exports in
+        the background); AssertionError with what came after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.spans(service)
+            if len(found) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(found) >= want, f"{len(found)} of {want} spans of {service} in jaeger"
+        return found
+
 
 def tags(span: dict[str, Any]) -> dict[str, Any]:
     """A Jaeger JSON span's tags as a mapping."""
     return {t["key"]: t["value"] for t in span.get("tags") or []}
+
+
+def span_ctx(span: dict[str, Any]) -> tuple[int, int]:
+    """A Jaeger JSON span's (trace id, span id) as integers (as the SDK's SpanContext)."""
+    return int(span["traceID"], 16), int(span["spanID"], 16)
+
+
+def refs(span: dict[str, Any], kind: str) -> set[tuple[int, int]]:
+    """The (trace id, span id) of ``span``'s references of ``kind``: ``FOLLOWS_FROM`` (the
+    OTLP span links) or ``CHILD_OF`` (its parent)."""
+    return {
+        (int(r["traceID"], 16), int(r["spanID"], 16))
+        for r in span.get("references") or []
+        if r.get("refType") == kind
+    }

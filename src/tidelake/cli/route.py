@@ -115,6 +115,7 @@ def route_run(
     from tidelake.cli import _metrics_endpoint
     from tidelake.route.runner import RouteRunner
     from tidelake.runtime.live_metrics import router_collectors
+    from tidelake.runtime.tracing import process_tracing
 
     cfg = _config(config, name)
 
@@ -125,7 +126,10 @@ def route_run(
             loop.add_signal_handler(sig, stop.set)
         return await RouteRunner(cfg, name).run(stop, until_idle=until_idle)
 
-    with _metrics_endpoint(cfg, f"route-{name}", router_collectors()):
+    with (
+        _metrics_endpoint(cfg, f"route-{name}", router_collectors()),
+        process_tracing(cfg.tracing, "route"),  # a span per batch (docs/tracing.md)
+    ):
         stats = asyncio.run(main())
     if json:
         print_json({"route": name, **asdict(stats)})

@@ -18,6 +18,10 @@ One batch of at most ``batch_size`` messages goes:
 A kill at any instant leaves messages unacknowledged; JetStream redelivers them after AckWait
 and the sink's position guard makes the second application change nothing.
 
+Traces (docs/tracing.md; off by default): each batch is one CONSUMER span ``route <name>``
+from decode to ack, a new trace linked to the contexts its messages carry (the publish spans'
+``traceparent``, at most ``tracing.max_links``), as the stager's stage span is.
+
 Dead letters of a route go to ``<dlq.subject_prefix>.route.<name>.<original subject>`` in the
 dead-letter stream, with the stager's headers plus ``Tidelake-Route``. ``tidelake route
 reprocess NAME`` applies them through the route again (after a fix of the sink or the data)
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -47,6 +52,7 @@ from tidelake.route.registry import RouteRegistry
 from tidelake.route.select import RouteSelector
 from tidelake.route.sinks import open_sink
 from tidelake.runtime import live_metrics as live
+from tidelake.runtime import tracing
 from tidelake.runtime.metrics_server import beat
 
 log = structlog.get_logger(__name__)
@@ -156,6 +162,8 @@ class RouteRunner:
             else open_sink(name, self.route.sink, source_timezone=cfg.lake.source_timezone)
         )
         self.stats = RouteStats()
+        #: This process's tracing (runtime/tracing.py); None when off.
+        self._tracing = tracing.active()
         # The route's own series exist from the start, at 0 (a scrape sees "no retries").
         for family in (
             live.ROUTER_MESSAGES,
@@ -261,7 +269,49 @@ class RouteRunner:
 
     async def handle(self, js: Any, msgs: Sequence[Any], stop: asyncio.Event) -> bool:
         """One batch: decode, select, apply, dead-letter, ack. False when stopped first."""
-        taken = [self._take(m) for m in msgs]
+        if self._tracing is not None and msgs:
+            return await self._handle_traced(js, msgs, stop, self._tracing)
+        return await self._handle(js, [self._take(m) for m in msgs], stop)
+
+    async def _handle_traced(
+        self, js: Any, msgs: Sequence[Any], stop: asyncio.Event, traces: tracing.Tracing
+    ) -> bool:
+        """:meth:`handle` inside the batch's span (module docstring)."""
+        span = traces.start_route(
+            (m.headers for m in msgs),
+            route=self.name,
+            sink=self.route.sink.kind,
+            consumer=durable_name(self.name),
+            messages=len(msgs),
+        )
+        before = dataclasses.replace(self.stats)
+        try:
+            taken = [self._take(m) for m in msgs]
+            done = await self._handle(js, taken, stop)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_attribute("error.type", type(exc).__name__)
+            span.end()
+            raise
+        after = self.stats
+        tables = sorted({c.table for t in taken if t.reason is None for c in t.changes})
+        span.set_attributes(
+            {
+                "tidelake.seq_first": min(t.seq for t in taken),
+                "tidelake.seq_last": max(t.seq for t in taken),
+                "tidelake.changes": after.changes - before.changes,
+                "tidelake.filtered": after.filtered - before.filtered,
+                "tidelake.dead_lettered": after.dead_lettered - before.dead_lettered,
+                "tidelake.sink_retries": after.sink_retries - before.sink_retries,
+                "tidelake.tables": tables[: tracing.MAX_SUBJECTS],
+                "tidelake.stopped": not done,
+            }
+        )
+        span.end()
+        return done
+
+    async def _handle(self, js: Any, taken: Sequence[_Taken], stop: asyncio.Event) -> bool:
+        """:meth:`handle`'s apply, dead-letter and ack of the decoded batch."""
         if not await self._apply(taken, stop):
             return False
         for t in taken:

@@ -2,7 +2,7 @@
 
 One tracer provider per process, set up by :func:`setup` (or :func:`process_tracing`) from
 ``tracing`` in the config, exporting by OTLP/HTTP (protobuf) as the service
-``<tracing.service_name>-<component>`` (``capture``, ``stager``, ``ingest``). The trace
+``<tracing.service_name>-<component>`` (``capture``, ``stager``, ``ingest``, ``route``). The trace
 context crosses the bus as W3C Trace Context headers (``traceparent``, ``tracestate``) on
 each message, and crosses staging storage in the manifest (``Manifest.trace``):
 
@@ -13,7 +13,10 @@ each message, and crosses staging storage in the manifest (``Manifest.trace``):
   a span LINK to each message's context (a batch has many parents), at most ``max_links``;
   its own context goes into the batch's manifest;
 * ingest: one span per round linked to the stage spans of the manifests it commits
-  (:meth:`Tracing.start_round`), and one child span per table commit.
+  (:meth:`Tracing.start_round`), and one child span per table commit;
+* route: one CONSUMER span per batch a route applies to its sink
+  (:meth:`Tracing.start_route`), a new trace linked to its messages' contexts as a stage
+  span is.
 
 Disabled (the default), :func:`active` is None, callers test that one value, and nothing of
 the OpenTelemetry SDK (or API) is imported: the hot paths pay one ``is None`` per message.
@@ -40,7 +43,7 @@ log = structlog.get_logger(__name__)
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 #: The processes that trace; each is the service ``<service_name>-<component>``.
-COMPONENTS = ("capture", "stager", "ingest")
+COMPONENTS = ("capture", "stager", "ingest", "route")
 #: Most distinct subjects named on a stage span (``tidelake.subjects``).
 MAX_SUBJECTS = 16
 
@@ -214,6 +217,34 @@ class Tracing:
         }
         return self.tracer.start_span(
             f"stage {stream}", kind=SpanKind.CONSUMER, links=links, attributes=attributes
+        )
+
+    def start_route(
+        self,
+        carriers: Iterable[Mapping[str, str] | None],
+        *,
+        route: str,
+        sink: str,
+        consumer: str,
+        messages: int,
+    ) -> Span:
+        """A CONSUMER span for one batch a route applies to its sink, the root of its own
+        trace, linked to the contexts its messages carry (at most :attr:`max_links`)."""
+        from opentelemetry.trace import SpanKind
+
+        links, unlinked = self.links(carriers)
+        attributes: dict[str, Any] = {
+            "messaging.system": "nats",
+            "messaging.operation.type": "process",
+            "messaging.consumer.group.name": consumer,
+            "messaging.batch.message_count": messages,
+            "tidelake.route": route,
+            "tidelake.sink": sink,
+            "tidelake.links": len(links),
+            "tidelake.links.unlinked": unlinked,
+        }
+        return self.tracer.start_span(
+            f"route {route}", kind=SpanKind.CONSUMER, links=links, attributes=attributes
         )
 
     def start_round(self, carriers: Iterable[Mapping[str, str] | None], **attrs: Any) -> Span:

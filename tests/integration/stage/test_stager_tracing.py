@@ -1,38 +1,36 @@
-"""Traces from publish to staging on real components (docs/tracing.md): the capture's
-publisher and a ``tidelake stage --once`` child export by OTLP/HTTP to a real Jaeger
-(tests/support/jaeger.py); the stage span of each batch is linked to the publish span of
-every message it holds, and its context is in the batch's manifest for the ingest."""
+"""Traces from publish to staging, and to a route's sink, on real components
+(docs/tracing.md): the capture's publisher, a ``tidelake stage --once`` child and a ``tidelake
+route run --until-idle`` child export by OTLP/HTTP to a real Jaeger (tests/support/jaeger.py);
+the stage span of each batch is linked to the publish span of every message it holds, and
+its context is in the batch's manifest for the ingest; the route's span of each batch it
+applies is linked to the publish spans as well."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stagekit import StageEnv, canal_json, run, wait_for
+from stagekit import REPO, StageEnv, canal_json, run, wait_for
 
-from support.jaeger import Jaeger, jaeger_binary, tags
+from support.jaeger import Jaeger, refs, span_ctx, tags
 from tidelake.capture.publisher import Publisher
+from tidelake.pipeline.webhook_receiver import WebhookReceiver
 from tidelake.runtime import tracing
+from tidelake.runtime.processes import tidelake_argv
 
 pytestmark = pytest.mark.integration
 
 _services = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
-    """A real OTLP receiver (Jaeger v2, in-memory storage) on free ports of 127.0.0.1."""
-    binary = jaeger_binary()
-    if binary is None:
-        pytest.skip("jaeger not built: run scripts/setup with TIDELAKE_SETUP_TESTS=1")
-    with Jaeger(binary, tmp_path_factory.mktemp("jaeger")) as server:
-        yield server
-
-
-def _traced_env(factory: Callable[..., StageEnv], jaeger: Jaeger, **extra: Any) -> StageEnv:
+def _traced_env(
+    factory: Callable[..., StageEnv], jaeger: Jaeger, *, routes: Any = None, **extra: Any
+) -> StageEnv:
     prefix = f"tl{next(_services)}"
     settings = {
         "enabled": True,
@@ -40,7 +38,8 @@ def _traced_env(factory: Callable[..., StageEnv], jaeger: Jaeger, **extra: Any) 
         "service_name": prefix,
         **extra,
     }
-    return factory(tracing=settings, stage={"max_age_s": 0.5, "max_events": 1000})
+    more = {"routes": routes} if routes else {}
+    return factory(tracing=settings, stage={"max_age_s": 0.5, "max_events": 1000}, **more)
 
 
 async def _publish(env: StageEnv, count: int) -> None:
@@ -133,3 +132,56 @@ def test_links_are_capped(
         links = len(span.get("references") or [])
         assert links <= 3
         assert attrs["messaging.batch.message_count"] == links + attrs["tidelake.links.unlinked"]
+
+
+def test_route_span_links_every_publish_span(
+    stage_env_factory: Callable[..., StageEnv], jaeger: Jaeger, tmp_path: Path
+) -> None:
+    """``tidelake route run`` makes one span per batch it applies (here into a webhook
+    receiver), linked to the publish span of each message, with its sequence range."""
+    key_file = tmp_path / "hook.key"
+    key_file.write_text("route-tracing-key")
+    receiver = WebhookReceiver("route-tracing-key").start()
+    try:
+        sink = {"kind": "webhook", "url": receiver.url, "signing_key_file": str(key_file)}
+        env = _traced_env(stage_env_factory, jaeger, routes={"hook": {"sink": sink}})
+        prefix = env.cfg.tracing.service_name
+        count = 12
+        tracing.setup(env.cfg.tracing, "capture")
+        try:
+            run(_publish(env, count))
+        finally:
+            tracing.shutdown()
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELAKE_")}
+        child_env["TIDELAKE_CONFIG"] = str(env.config_path)
+        done = subprocess.run(
+            tidelake_argv("route", "run", "hook", "--until-idle"),
+            env=child_env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert 0 == done.returncode, done.stderr[-3000:]
+        assert count == len(receiver.rows("shop.orders"))
+    finally:
+        receiver.stop()
+
+    publish = jaeger.wait_spans(f"{prefix}-capture", count)
+    routed: list[dict[str, Any]] = []
+
+    def all_routed() -> bool:  # one span per fetched batch, exported as the process stops
+        nonlocal routed
+        routed = jaeger.spans(f"{prefix}-route")
+        return count == sum(tags(s)["tidelake.changes"] for s in routed)
+
+    wait_for(all_routed, 30, f"route spans of {count} changes in jaeger")
+    assert {span_ctx(s) for s in publish} == set().union(*(refs(s, "FOLLOWS_FROM") for s in routed))
+    attrs = [tags(s) for s in routed]
+    assert all(a["span.kind"] == "consumer" and a["tidelake.route"] == "hook" for a in attrs)
+    assert {"webhook"} == {a["tidelake.sink"] for a in attrs}
+    assert (1, count) == (
+        min(a["tidelake.seq_first"] for a in attrs),
+        max(a["tidelake.seq_last"] for a in attrs),
+    )
