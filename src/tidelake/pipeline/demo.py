@@ -477,9 +477,11 @@ def render_summary(result: DemoResult, console: Console) -> None:
         console.print(f"[bold green]the lake equals the source.[/] Lake: {result.lake}")
     if result.sink_mismatches is not None:
         style = "bold green" if result.sink_mismatches == 0 else "bold red"
+        # The destinations the routes verified: "postgres shop.orders" → postgres, …
+        sinks = sorted({t.split(" ", 1)[0] for t in result.per_table if " " in t})
         console.print(
-            f"[{style}]routes: {result.sink_mismatches} mismatches[/] (PostgreSQL, Redis, "
-            f"webhook) after {', '.join(result.faults)}"
+            f"[{style}]routes: {result.sink_mismatches} mismatches[/] ({', '.join(sinks)}) "
+            f"after {', '.join(result.faults)}"
         )
     if result.trino_mismatches is not None:
         style = "bold green" if result.trino_mismatches == 0 else "bold red"
