@@ -385,10 +385,11 @@ class LocalStack:
     def healthy(self) -> bool:
         return self.stager_up() and self.ingest_up()
 
-    def check_children(self) -> None:
-        """Raise :class:`StageExited` (with its log's tail) when a stage process has exited."""
+    def check_children(self, skip: Callable[[str], bool] | None = None) -> None:
+        """Raise :class:`StageExited` (with its log's tail) when a stage process has exited
+        (but not one whose name ``skip`` says to leave)."""
         for child in self.children:
-            if not child.alive():
+            if not child.alive() and not (skip is not None and skip(child.name)):
                 raise StageExited(
                     f"the {child.name} process exited ({child.returncode()}); its log:\n"
                     + child.log_tail()

@@ -61,13 +61,14 @@ def test_curl_metrics_of_a_running_pipeline_shows_every_documented_metric(
         for line in text.splitlines()
         if line.startswith("# TYPE ")
     }
-    # A capture's and a route's own metrics are scraped in their tests (no capture and no
-    # route runs here): tests/integration/capture/test_capture_lag.py,
-    # tests/integration/route/test_routes_into_sinks.py.
+    # A capture's, a route's and a managed source's own metrics are scraped in their tests
+    # (none of them runs here): tests/integration/capture/test_capture_lag.py,
+    # tests/integration/route/test_routes_into_sinks.py,
+    # tests/integration/capture/test_rest_sources_managed.py.
     names = [
         n
         for n in documented_metrics()
-        if not n.startswith(("tidelake_capturer_", "tidelake_router_"))
+        if not n.startswith(("tidelake_capturer_", "tidelake_router_", "tidelake_poller_"))
     ]
     assert len(names) >= 60
     # No capture of ours runs here: serve's capture-health families (read from the capture's
