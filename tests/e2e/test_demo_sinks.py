@@ -28,7 +28,7 @@ pytestmark = [
 ]
 
 
-def test_the_lake_and_three_routes_equal_the_source_through_ddl_kills_and_a_replay(
+def test_the_lake_and_every_route_equal_the_source_through_ddl_kills_and_a_replay(
     tmp_path: Path,
 ) -> None:
     proc = subprocess.run(
