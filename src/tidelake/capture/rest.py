@@ -57,7 +57,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -633,7 +633,8 @@ class RestSource:
             async with self.client() as client:
                 while not self._stop.is_set():
                     started = time.monotonic()
-                    await self.poll(client, publisher)
+                    if not await until_stopped(self.poll(client, publisher), self._stop):
+                        break
                     if once:
                         break
                     pause = self.rcfg.interval_s - (time.monotonic() - started)
@@ -643,6 +644,27 @@ class RestSource:
         finally:
             await publisher.close()
         return self.stats
+
+
+async def until_stopped(work: Awaitable[Any], stop: asyncio.Event) -> bool:
+    """Run ``work`` (one poll) until it ends or ``stop`` is set; True when it ended (its
+    error raised). A stop cancels it — a poll retrying an unreachable API for up to
+    ``give_up_s`` must not outlast a supervisor's stop grace — and that is safe: the cursor is
+    saved only once every message of the poll is acknowledged, so the next start polls the
+    same records again and the bus drops what comes again under the same ``Nats-Msg-Id``."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def run_rest_source(cfg: Config, *, once: bool = False) -> RestSourceStats:

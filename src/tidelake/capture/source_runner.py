@@ -47,6 +47,7 @@ from tidelake.capture.rest import (
     RestSourceStats,
     RestState,
     RestUnavailableError,
+    until_stopped,
 )
 from tidelake.capture.source_registry import SourceRegistry
 from tidelake.config import Config, SourceConfig
@@ -213,7 +214,8 @@ class SourceRunner:
                         break
                     if not self.stats.paused and time.monotonic() >= next_poll:
                         started = time.monotonic()
-                        await self._poll(client, publisher, once=once)
+                        if not await until_stopped(self._poll(client, publisher, once=once), stop):
+                            break  # stopped mid-poll (rest.until_stopped)
                         next_poll = started + self.settings.interval_s
                         self.write_status(self._state())
                         if once:

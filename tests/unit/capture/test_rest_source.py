@@ -24,6 +24,7 @@ from tidelake.capture.rest import (
     parse_body,
     plan,
     timestamp_ns,
+    until_stopped,
     value_text,
 )
 from tidelake.config import Config, RestSourceConfig, load_config
@@ -318,3 +319,36 @@ def test_server_errors_are_retried_client_errors_are_not(tmp_path: Path) -> None
 
     with pytest.raises(RestSourceError, match="data is not a list"):
         _fetch(source, wrong_shape, _state())
+
+
+def test_a_stop_ends_a_poll_that_retries_an_unreachable_api() -> None:
+    """A poll retrying a dead API for up to give_up_s is cancelled by a stop (no cursor is
+    saved midway: the next start polls the same records again); a poll that ends is
+    awaited, its error raised."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        cancelled = asyncio.Event()
+
+        async def retrying() -> None:
+            try:
+                await asyncio.sleep(300)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+        assert await asyncio.wait_for(until_stopped(retrying(), stop), 5) is False
+        assert cancelled.is_set()
+
+        async def done() -> None:
+            await asyncio.sleep(0)
+
+        async def fails() -> None:
+            raise RestSourceError("HTTP 400")
+
+        assert await until_stopped(done(), asyncio.Event()) is True
+        with pytest.raises(RestSourceError, match="HTTP 400"):
+            await until_stopped(fails(), asyncio.Event())
+
+    asyncio.run(main())
