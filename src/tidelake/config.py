@@ -35,6 +35,7 @@ from tidelake.errors import ConfigError
 ENV_PREFIX = "TIDELAKE_"
 #: A route's name: part of its consumer's name, its dead-letter subject and env overrides.
 ROUTE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+VIEW_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 #: A source's name (``sources.<name>``): part of its process's, cursor file's and log's names.
 SOURCE_NAME = ROUTE_NAME
 #: Fields that hold secrets: rejected in the YAML file, accepted from the environment.
@@ -996,6 +997,19 @@ class RouteConfig(_Model):
     )
 
 
+class ViewConfig(_Model):
+    """One materialized view over lake tables, kept as a Hudi table of its own and updated
+    from the changed rows after each ingest round (docs/views.md)."""
+
+    sql: str = Field(
+        ...,
+        description="SELECT over one lake table (db.table): plain columns in GROUP BY, "
+        "COUNT(*), COUNT/SUM/MIN/MAX of a column, an optional WHERE",
+    )
+    description: str = Field("", description="what the view is for, shown by `view list`")
+    paused: bool = Field(False, description="a paused view is not updated (status shows it)")
+
+
 class Config(_Model):
     """The whole tidelake configuration."""
 
@@ -1022,6 +1036,11 @@ class Config(_Model):
         {},
         description="name → source: an HTTP API polled into the bus, each its own process "
         "under `tidelake run` (docs/rest-source.md, Managed sources)",
+    )
+    views: dict[str, ViewConfig] = Field(
+        {},
+        description="name → materialized view over the lake, queryable as views.<name> "
+        "(docs/views.md)",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="structlog level of every stage"
@@ -1053,6 +1072,17 @@ class Config(_Model):
                     "starting with a letter (it names a process and a cursor file)"
                 )
         return sources
+
+    @field_validator("views")
+    @classmethod
+    def _view_names(cls, views: dict[str, ViewConfig]) -> dict[str, ViewConfig]:
+        for name in views:
+            if not VIEW_NAME.fullmatch(name):
+                raise ValueError(
+                    f"view name {name!r}: lower-case letters, digits and '_', starting with a "
+                    "letter (it names a table: views.<name>)"
+                )
+        return views
 
     @field_validator("home")
     @classmethod

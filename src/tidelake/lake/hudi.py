@@ -174,6 +174,7 @@ def write_options(
     record_index: bool = True,
     table_name: str | None = None,
     table_version: str | None = None,
+    change_log: bool = False,
 ) -> dict[str, str]:
     """The Hudi datasource options of one upsert into ``database.table``.
 
@@ -198,6 +199,10 @@ def write_options(
     is (Hudi would upgrade an older table in place, and cannot write a newer one at a lower
     version); a new table gets ``lake.table_version``, pinned so that a Hudi upgrade cannot
     silently write a layout that a reader of the lake rejects (docs/query-engines.md).
+
+    ``change_log``: the table keeps Hudi's change log with before and after images
+    (``hoodie.table.cdc.enabled``), which the views read (``view/changes.py``): set when a
+    table a view reads is created, and on every write of a table created with it.
     """
     if not pk:
         raise ValueError("a Hudi table needs a record key")
@@ -262,6 +267,11 @@ def write_options(
         opts |= {
             "hoodie.embed.timeline.server": "false",
             "hoodie.write.markers.type": "DIRECT",
+        }
+    if change_log:
+        opts |= {
+            "hoodie.table.cdc.enabled": "true",
+            "hoodie.table.cdc.supplemental.logging.mode": "DATA_BEFORE_AFTER",
         }
     services = lake.table_services
     opts |= {

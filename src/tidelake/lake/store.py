@@ -24,6 +24,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -31,6 +32,7 @@ from urllib.parse import unquote
 import javaproperties
 import structlog
 
+from tidelake import names
 from tidelake.config import Config
 from tidelake.errors import IngestError
 from tidelake.lake.catalog import sync_table, unregister_table
@@ -215,6 +217,59 @@ def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | Non
     return None
 
 
+CDC_PROPERTY = "hoodie.table.cdc.enabled"
+
+
+def viewed_tables(config: Config) -> set[str]:
+    """The ``db.table`` of every lake table a configured view reads."""
+    import sqlglot
+    from sqlglot import exp
+
+    found = set()
+    for view in config.views.values():
+        try:
+            tree = sqlglot.parse_one(view.sql, read="spark")
+        except sqlglot.errors.ParseError:  # the view's own check reports its SQL
+            continue
+        found |= {names.table_id(t.db, t.name) for t in tree.find_all(exp.Table) if t.db}
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedInstant:
+    """One completed write on a table's active timeline."""
+
+    action: str  # commit, deltacommit, replacecommit
+    requested: str
+    completed: str
+    #: The commit's extra metadata (``tidelake.*`` keys).
+    metadata: Mapping[str, str]
+
+
+def completed_instants(spark: SparkSession, path: str) -> list[CompletedInstant]:
+    """The completed writes on the active timeline of the table at ``path``, oldest first by
+    completion time ([] for a table not written yet). Readers of changes (``view/``) order and
+    bound their ranges by completion time, as Hudi 1.x incremental queries do."""
+    if not table_exists(spark, path):
+        return []
+    client = _meta_client(spark, path)
+    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    out = []
+    instants = timeline.getInstants().iterator()
+    while instants.hasNext():
+        instant = instants.next()
+        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+        out.append(
+            CompletedInstant(
+                str(instant.getAction()),
+                str(instant.requestedTime()),
+                str(instant.getCompletionTime() or instant.requestedTime()),
+                {str(k): str(extra.get(k)) for k in extra.keySet()},
+            )
+        )
+    return sorted(out, key=lambda i: i.completed)
+
+
 def hoodie_properties(spark: SparkSession | None, path: str) -> Mapping[str, str]:
     """The table's ``.hoodie/hoodie.properties``: parsed from the file on a local lake (a
     Java properties file), read through Hudi's table config on object storage."""
@@ -242,6 +297,8 @@ class TableStore:
         #: The ingest's state: the tombstones of dropped tables (``dropped.json``).
         self.ledger = ledger or Ledger(config.lake_state_dir)
         self._checkpoints: dict[str, CommittedCheckpoint | None] = {}
+        #: The tables a view reads: created with Hudi's change log (``view/changes.py``).
+        self.change_log_tables = viewed_tables(config)
         #: Per table: the Spark types of the columns it stores (kept current by our commits).
         self._stored: dict[str, dict[str, DataType]] = {}
 
@@ -313,6 +370,8 @@ class TableStore:
             record_index=self.uses_record_index(path),
             table_name=stored.get("hoodie.table.name") or None,
             table_version=stored.get("hoodie.table.version") or None,
+            change_log=stored.get(CDC_PROPERTY) == "true"
+            or (not stored and table_id in self.change_log_tables),
         )
         write_began_ns = time.time_ns()
         try:

@@ -1,0 +1,448 @@
+"""Keeping views equal to their definition: the incremental step, the rebuild, the check
+(docs/views.md §5).
+
+A **step** reads the base table's changes since the view's checkpoint (``view/changes.py``),
+and for the groups they touch only:
+
+1. the signed images are netted (an update that leaves the view's columns as they were
+   cancels out) and the view's WHERE applied to each image;
+2. per group, the change of the row count, of each SUM, of each non-NULL count, and the
+   largest/smallest value added and taken away;
+3. the group's stored row is read from the view table by key and the new one computed:
+   counts and sums add up; a MIN/MAX takes the added value if it is more extreme; a group
+   whose current extreme was taken away is recomputed from the base table as of the same
+   commit; a group left with no rows is deleted;
+4. the new rows and the new checkpoint are one Hudi commit.
+
+A **rebuild** runs the definition over the base table as of its latest commit and replaces the
+whole view table in one ``insert_overwrite_table`` commit: readers see the old view or the
+new one. It happens on ``tidelake view rebuild``, on a changed definition, and whenever the
+change log cannot answer (a rewritten base table, a view left behind further than the cleaner
+keeps file versions).
+
+**verify** compares the view table with a full recomputation over the same base commit.
+"""
+
+from __future__ import annotations
+
+import decimal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from tidelake.config import Config
+from tidelake.lake.hudi import split_table_id, table_path
+from tidelake.lake.jvm_errors import describe_error
+from tidelake.lake.store import completed_instants, hoodie_properties
+from tidelake.view.changes import UnreadableRangeError, plan_range, read_changes
+from tidelake.view.definition import (
+    KEY,
+    ROWS,
+    ViewDefinition,
+    ViewDefinitionError,
+    nonnull_column,
+    parse_view,
+    state_sql,
+)
+from tidelake.view.table import ViewCheckpoint, ViewTable, now_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = structlog.get_logger("tidelake.view")
+
+DELETED = "_hoodie_is_deleted"
+_BASE = "tl_view_base"
+_NET = "_tl_net"
+#: Digits Python's decimal arithmetic keeps in a merge: more than a Spark DECIMAL holds (38).
+_DECIMAL_DIGITS = 80
+
+
+@dataclass
+class StepResult:
+    """What one view's step did."""
+
+    view: str
+    #: current (nothing new), step, rebuild, waiting (no base table yet), paused, failed
+    outcome: str
+    reason: str = ""
+    #: Change records read, groups written (upserted or deleted), groups recomputed.
+    records: int = 0
+    groups: int = 0
+    recomputed: int = 0
+    rows: int | None = None
+    duration_ms: int = 0
+    checkpoint: ViewCheckpoint | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "checkpoint"}
+        if self.checkpoint is not None:
+            out["base"] = dict(self.checkpoint.base)
+            out["updated_at_ms"] = self.checkpoint.at_ms
+        return out
+
+
+@dataclass
+class VerifyResult:
+    view: str
+    rows: int
+    expected: int
+    #: Rows in the view and not in the recomputation, and the other way round.
+    extra: int
+    missing: int
+    base: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.extra == 0 and self.missing == 0
+
+
+class ViewMaintainer:
+    """The configured views of one lake, through one Spark session."""
+
+    def __init__(self, config: Config, spark: SparkSession) -> None:
+        self.config = config
+        self.spark = spark
+
+    def definition(self, name: str) -> ViewDefinition:
+        view = self.config.views.get(name)
+        if view is None:
+            raise ViewDefinitionError(f"no view named {name!r} in the configuration")
+        return parse_view(name, view.sql)
+
+    def base_path(self, view: ViewDefinition) -> str:
+        return table_path(self.config.lake_root, *split_table_id(view.table))
+
+    # -- running
+
+    def run_all(self) -> list[StepResult]:
+        """One step of every configured view; a failing view never stops the others."""
+        return [self.step(name) for name in self.config.views]
+
+    def step(self, name: str) -> StepResult:
+        started = time.monotonic()
+        try:
+            result = self._step(name)
+        except Exception as exc:  # a view's failure is its own: reported, retried next round
+            reason = describe_error(exc) if "py4j" in type(exc).__module__ else str(exc)
+            log.warning("view step failed", view=name, error=reason[:500])
+            result = StepResult(name, "failed", reason=reason[:2000])
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    def _step(self, name: str) -> StepResult:
+        if self.config.views[name].paused:
+            return StepResult(name, "paused")
+        view = self.definition(name)
+        table = ViewTable(self.config, self.spark, name)
+        base = self.base_path(view)
+        instants = completed_instants(self.spark, base)
+        if not instants:
+            return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
+        checkpoint = table.checkpoint() if table.exists() else None
+        if checkpoint is None:
+            return self._rebuild(view, table, "the view table is new")
+        if checkpoint.definition != view.fingerprint:
+            return self._rebuild(view, table, "the definition changed")
+        if hoodie_properties(self.spark, base).get("hoodie.table.cdc.enabled") != "true":
+            return self._rebuild(view, table, f"{view.table} keeps no change log")
+        try:
+            span = plan_range(
+                view.table,
+                base,
+                instants,
+                checkpoint.base.get(view.table),
+                retained_commits=self.config.lake.table_services.clean_retain_commits,
+            )
+        except UnreadableRangeError as exc:
+            return self._rebuild(view, table, str(exc))
+        if span is None:
+            return StepResult(name, "current", checkpoint=checkpoint)
+        snapshot = self._snapshot(base, span.through)
+        try:
+            images = read_changes(self.spark, span, snapshot.schema, view.columns)
+        except UnreadableRangeError as exc:
+            return self._rebuild(view, table, str(exc))
+        new = ViewCheckpoint(view.fingerprint, {view.table: span.through}, now_ms(), "step")
+        rows, recomputed = self._apply(view, table, snapshot, images.columns, images.rows)
+        written = len(rows)
+        if rows:
+            table.write(
+                self.spark.createDataFrame(rows, self._table_schema(view, snapshot)),
+                new,
+                rebuild=False,
+            )
+        else:  # nothing in the view changes: the checkpoint still moves on
+            table.write(
+                self.spark.createDataFrame([], self._table_schema(view, snapshot)),
+                new,
+                rebuild=False,
+            )
+        log.info(
+            "view step",
+            view=name,
+            records=images.records,
+            groups=written,
+            recomputed=recomputed,
+            through=span.through,
+        )
+        return StepResult(
+            name,
+            "step",
+            records=images.records,
+            groups=written,
+            recomputed=recomputed,
+            checkpoint=new,
+        )
+
+    def rebuild(self, name: str, reason: str = "asked for") -> StepResult:
+        started = time.monotonic()
+        view = self.definition(name)
+        table = ViewTable(self.config, self.spark, name)
+        if not completed_instants(self.spark, self.base_path(view)):
+            return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
+        result = self._rebuild(view, table, reason)
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    def _rebuild(self, view: ViewDefinition, table: ViewTable, reason: str) -> StepResult:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        base = self.base_path(view)
+        through = completed_instants(self.spark, base)[-1].completed
+        snapshot = self._snapshot(base, through)
+        state = self._state(view, snapshot).withColumn(DELETED, F.lit(False))
+        rows = state.collect()
+        checkpoint = ViewCheckpoint(view.fingerprint, {view.table: through}, now_ms(), "rebuild")
+        table.write(self.spark.createDataFrame(rows, state.schema), checkpoint, rebuild=True)
+        table.register()
+        log.info("view rebuilt", view=view.name, reason=reason, rows=len(rows), through=through)
+        return StepResult(
+            view.name,
+            "rebuild",
+            reason=reason,
+            groups=len(rows),
+            rows=len(rows),
+            checkpoint=checkpoint,
+        )
+
+    def verify(self, name: str) -> VerifyResult:
+        return verify_view(self, name)
+
+    # -- the pieces
+
+    def _snapshot(self, base: str, through: str) -> DataFrame:
+        """The base table as of the commit completed at ``through``."""
+        return self.spark.read.format("hudi").option("as.of.instant", through).load(base)
+
+    def _state(self, view: ViewDefinition, snapshot: DataFrame) -> DataFrame:
+        """The full state rows of the view over ``snapshot`` (with ``_tl_key``)."""
+
+        snapshot.createOrReplaceTempView(_BASE)
+        state = self.spark.sql(state_sql(view, _BASE))
+        return state.select(_key(view), *state.columns)
+
+    def _table_schema(self, view: ViewDefinition, snapshot: DataFrame) -> Any:
+        from pyspark.sql.types import BooleanType, StructField, StructType
+
+        schema = self._state(view, snapshot).schema
+        return StructType([*schema.fields, StructField(DELETED, BooleanType(), False)])
+
+    def _apply(
+        self,
+        view: ViewDefinition,
+        table: ViewTable,
+        snapshot: DataFrame,
+        columns: tuple[str, ...],
+        images: list[tuple[Any, ...]],
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """The view rows the images change (deleted ones flagged), and how many groups were
+        recomputed from the base table."""
+        from pyspark.sql import functions as F  # noqa: N812
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        if not images:
+            return [], 0
+        types = {f.name: f.dataType for f in snapshot.schema.fields}
+        schema = StructType(
+            [StructField(c, types[c], True) for c in columns]
+            + [StructField(_NET, IntegerType(), False)]
+        )
+        signed = self.spark.createDataFrame(images, schema)
+        # Net the images: an unchanged projection cancels out.
+        netted = signed.groupBy(*columns).agg(F.sum(_NET).alias(_NET)).where(F.col(_NET) != 0)
+        if view.where:
+            netted = netted.where(F.expr(view.where))
+        delta = (
+            netted.groupBy(*view.groups)
+            .agg(*_delta_columns(view))
+            .select(_key(view), "*")
+            .collect()
+        )
+        if not delta:
+            return [], 0
+        stored = {
+            row[KEY]: row.asDict()
+            for row in table.read()
+            .join(F.broadcast(self.spark.createDataFrame([(r[KEY],) for r in delta], [KEY])), KEY)
+            .collect()
+        }
+        state_fields = self._table_schema(view, snapshot).fieldNames()
+        out: list[tuple[Any, ...] | None] = []
+        recompute: list[Any] = []
+        for change in delta:
+            with decimal.localcontext(prec=_DECIMAL_DIGITS):  # exact, as Spark's DECIMAL(38)
+                merged = _merge(view, change.asDict(), stored.get(change[KEY]))
+            if merged is None:
+                recompute.append(change)
+            elif merged[ROWS] == 0:
+                out.append(_deleted(state_fields, stored.get(change[KEY]), change))
+            else:
+                out.append(tuple(merged.get(f) for f in state_fields))
+        if recompute:
+            out += self._recompute(view, snapshot, recompute, state_fields, stored)
+        return [r for r in out if r is not None], len(recompute)
+
+    def _recompute(
+        self,
+        view: ViewDefinition,
+        snapshot: DataFrame,
+        groups: list[Any],
+        fields: list[str],
+        stored: dict[Any, dict[str, Any]],
+    ) -> list[tuple[Any, ...] | None]:
+        """Groups read again from the base table as of the step's commit (an extreme gone)."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        types = {f.name: f.dataType for f in snapshot.schema.fields}
+        from pyspark.sql.types import StructField, StructType
+
+        keys = self.spark.createDataFrame(
+            [tuple(g[c] for c in view.groups) for g in groups],
+            StructType([StructField(c, types[c], True) for c in view.groups]),
+        )
+        # NULL-safe on the group columns: a NULL key is a group like any other.
+        condition = [snapshot[c].eqNullSafe(keys[c]) for c in view.groups]
+        picked = snapshot.join(F.broadcast(keys), condition, "left_semi")
+        fresh = {r[KEY]: r.asDict() for r in self._state(view, picked).collect()}
+        out: list[tuple[Any, ...] | None] = []
+        for group in groups:
+            row = fresh.get(group[KEY])
+            if row is None:
+                out.append(_deleted(fields, stored.get(group[KEY]), group))
+            else:
+                out.append(tuple(row.get(f, False if f == DELETED else None) for f in fields))
+        return out
+
+
+def _key(view: ViewDefinition) -> Column:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.to_json(F.array(*(F.col(g).cast("string") for g in view.groups))).alias(KEY)
+
+
+def _delta_columns(view: ViewDefinition) -> Iterator[Column]:
+    """Per group of netted images: the change of the row count and of each aggregate."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    net = F.col(_NET)
+    yield F.sum(net).alias("d_rows")
+    for a in view.aggregates:
+        if a.column is None:
+            continue
+        value = F.col(a.column)
+        yield F.sum(F.when(value.isNotNull(), net).otherwise(0)).alias(f"d_n_{a.alias}")
+        if a.func == "sum":
+            yield F.sum(value * net).alias(f"d_sum_{a.alias}")
+        elif a.func in ("min", "max"):
+            pick = F.min if a.func == "min" else F.max
+            yield pick(F.when(net > 0, value)).alias(f"add_{a.alias}")
+            yield pick(F.when(net < 0, value)).alias(f"gone_{a.alias}")
+
+
+def _merge(
+    view: ViewDefinition, change: dict[str, Any], stored: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The group's new state row from its stored row and its change; None when it must be
+    recomputed (its MIN/MAX value was taken away, or it is not stored as the change expects)."""
+    old = stored or {}
+    rows = (old.get(ROWS) or 0) + change["d_rows"]
+    if rows < 0 or (stored is None and change["d_rows"] <= 0):
+        return None  # takes away rows the view does not hold: read the group again
+    new: dict[str, Any] = {KEY: change[KEY], ROWS: rows, DELETED: False}
+    for output in view.outputs:
+        if output.group is not None:
+            new[output.alias] = change[output.group]
+    for a in view.aggregates:
+        if a.column is None:
+            new[a.alias] = rows
+            continue
+        count_column = nonnull_column(a)
+        count = (old.get(count_column) or 0) + change[f"d_n_{a.alias}"]
+        new[count_column] = count
+        if a.func == "count":
+            new[a.alias] = count
+        elif a.func == "sum":
+            total = old.get(a.alias)
+            step = change[f"d_sum_{a.alias}"]
+            new[a.alias] = None if count == 0 else (total if total is not None else 0) + (step or 0)
+        else:
+            current, added, gone = (
+                old.get(a.alias),
+                change[f"add_{a.alias}"],
+                change[f"gone_{a.alias}"],
+            )
+            if (
+                gone is not None
+                and current is not None
+                and (gone <= current if a.func == "min" else gone >= current)
+            ):
+                return None
+            candidates = [v for v in (current, added) if v is not None]
+            if count == 0:
+                new[a.alias] = None
+            elif not candidates:
+                return None
+            else:
+                new[a.alias] = min(candidates) if a.func == "min" else max(candidates)
+    return new
+
+
+def _deleted(
+    fields: list[str], stored: dict[str, Any] | None, change: Any
+) -> tuple[Any, ...] | None:
+    """A delete record of the group, or None when the view never held it."""
+    if stored is None:
+        return None
+    row = dict(stored)
+    row[DELETED] = True
+    return tuple(row.get(f) for f in fields)
+
+
+def verify_view(maintainer: ViewMaintainer, name: str) -> VerifyResult:
+    """Compare the view table with a full recomputation over the base commit it includes."""
+    view = maintainer.definition(name)
+    table = ViewTable(maintainer.config, maintainer.spark, name)
+    checkpoint = table.checkpoint() if table.exists() else None
+    if checkpoint is None or view.table not in checkpoint.base:
+        raise ViewDefinitionError(f"view {name} has not been built yet (tidelake view run)")
+    through = checkpoint.base[view.table]
+    snapshot = maintainer._snapshot(maintainer.base_path(view), through)
+    visible = [o.alias for o in view.outputs]
+    expected = maintainer._state(view, snapshot).select(*visible).cache()
+    actual = table.read().select(*visible).cache()
+    try:
+        return VerifyResult(
+            name,
+            rows=actual.count(),
+            expected=expected.count(),
+            extra=actual.exceptAll(expected).count(),
+            missing=expected.exceptAll(actual).count(),
+            base=dict(checkpoint.base),
+        )
+    finally:
+        expected.unpersist()
+        actual.unpersist()
