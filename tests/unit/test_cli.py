@@ -56,6 +56,11 @@ EXPECTED_COMMANDS = {
     "tidelake table resume",
     "tidelake table skip-ddl",
     "tidelake verify",
+    "tidelake view list",
+    "tidelake view rebuild",
+    "tidelake view run",
+    "tidelake view status",
+    "tidelake view verify",
 }
 
 

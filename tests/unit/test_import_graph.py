@@ -25,6 +25,7 @@ STAGES = (
     "tidelake.stage",
     "tidelake.route",
     "tidelake.lake",
+    "tidelake.view",
     "tidelake.verify",
     "tidelake.workload",
 )

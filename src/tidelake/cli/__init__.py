@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import structlog
@@ -18,6 +18,9 @@ from tidelake.cli.output import make_console, print_json
 from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError
 from tidelake.runtime.logs import LogFormat, configure_logging
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 app = typer.Typer(
     name="tidelake",
@@ -95,6 +98,17 @@ def _home() -> Path:
 
     named = os.environ.get("TIDELAKE_HOME", "").strip()
     return Path(named).expanduser() if named else default_home(os.environ)
+
+
+def _view_keeper(cfg: Config) -> Callable[[SparkSession], Callable[[bool], object]]:
+    """What the ingest runs after each round: the configured views (view/keeper.py)."""
+
+    def make(spark: SparkSession) -> Callable[[bool], object]:
+        from tidelake.view.keeper import ViewKeeper
+
+        return ViewKeeper(cfg, spark)
+
+    return make
 
 
 @contextlib.contextmanager
@@ -456,7 +470,12 @@ def ingest(
     )
     try:
         with endpoint, process_tracing(cfg.tracing, "ingest"):  # docs/tracing.md
-            stats = run_ingest(cfg, once=once, interval_s=interval)
+            stats = run_ingest(
+                cfg,
+                once=once,
+                interval_s=interval,
+                after_round=_view_keeper(cfg) if cfg.views else None,
+            )
     except Exception as exc:
         # A JVM failure outside a table's write (reading a checkpoint, the catalog) reaches
         # here as py4j's bare "An error occurred while calling o…": give its cause chain.
@@ -904,12 +923,14 @@ def _register_operator_verbs() -> None:
     from tidelake.cli.route import register as register_route
     from tidelake.cli.setup import register as register_setup
     from tidelake.cli.source import register as register_source
+    from tidelake.cli.view import register as register_view
 
     register(app)
     register_setup(app)
     register_bus(app)
     register_route(app)
     register_source(app)
+    register_view(app)
 
 
 _register_operator_verbs()

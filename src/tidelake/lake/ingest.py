@@ -42,14 +42,11 @@ skip a DDL) come through ``lake/control.py``, which uses only :meth:`Ingestor.pa
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -76,12 +73,15 @@ from tidelake.lake.store import TableStore
 from tidelake.retry import backoff_s, retrying
 from tidelake.runtime import live_metrics as live
 from tidelake.runtime.metrics_server import beat
+from tidelake.runtime.processes import stop_on_signals
 from tidelake.runtime.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
+AfterRound = Callable[[bool], object]
+Hook = Callable[["SparkSession"], AfterRound]
 
 #: Consecutive failed rounds of one table, for an unknown cause, before it is paused.
 MAX_TABLE_FAILURES = 3
@@ -160,6 +160,7 @@ class Ingestor:
         # A new process starts with nothing paused: a pause an earlier run recorded is tried
         # again, and ``status`` must not go on showing it once the table ingests.
         self._write_paused()
+        self.after_round: AfterRound | None = None  # the views (view/keeper.py)
 
     # -- what table control (pause, resume, skip-ddl) uses
 
@@ -383,6 +384,7 @@ class Ingestor:
         self._retry_due()  # so may a table whose retry time has come
         staged = self.source.next_round(self.cursor)
         if staged is None:
+            self._after_round(False)
             return result
         result.manifests = len(staged.manifests)
         result.seq_last = staged.seq_last
@@ -406,7 +408,13 @@ class Ingestor:
         live.INGESTER_ROUNDS.inc()
         live.INGESTER_MANIFESTS.inc(result.manifests)
         live.INGESTER_ROUND_SECONDS.observe(time.monotonic() - started)
+        self._after_round(True)
         return result
+
+    def _after_round(self, committed: bool) -> None:
+        if self.after_round is not None:  # set by the ingest command: lake/ imports no view/
+            with self.round_beat.running("updating views"):
+                self.after_round(committed)
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
         """Apply everything staged now, then return. A table that failed (and was not
@@ -461,26 +469,12 @@ class Ingestor:
         return stats
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM / SIGINT; the running commit finishes first."""
-    stop = threading.Event()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("stopping after the current commit", signal=signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def run_ingest(config: Config, *, once: bool, interval_s: float | None = None) -> IngestStats:
+def run_ingest(
+    config: Config, *, once: bool, interval_s: float | None = None, after_round: Hook | None = None
+) -> IngestStats:
     """``tidelake ingest``: take the lake's writer lock (one writer per lake: lake/lock.py),
-    build the Spark session, then run once or until SIGTERM."""
+    build the Spark session, then run once or until SIGTERM. ``after_round(spark)`` makes
+    what runs after each round (the views)."""
     from tidelake.lake.lock import lock_path, writer_lock
     from tidelake.lake.spark import build_spark_session
 
@@ -488,6 +482,8 @@ def run_ingest(config: Config, *, once: bool, interval_s: float | None = None) -
         spark = build_spark_session(config, app_name="tidelake-ingest")
         try:
             ingestor = Ingestor(config, spark)
+            if after_round is not None:
+                ingestor.after_round = after_round(spark)
             with stop_on_signals() as stop:
                 if once:
                     return ingestor.run_once(stop)

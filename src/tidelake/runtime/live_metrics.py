@@ -187,6 +187,34 @@ INGESTER_TABLES_RETRYING = Gauge(
 )
 
 
+# The views, kept by the ingest process (view/keeper.py).
+VIEW_STEPS = Counter(
+    "tidelake_ingester_view_runs",
+    "View runs after ingest rounds, by outcome (step, rebuild, current, waiting, failed ...)",
+    ["view", "outcome"],
+    registry=None,
+)
+VIEW_STEP_SECONDS = Histogram(
+    "tidelake_ingester_view_run_duration_seconds",
+    "One view's step or rebuild",
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+VIEW_LAG = Gauge(
+    "tidelake_ingester_view_lag_seconds",
+    "How far the view is behind its base table: 0 right after a run that included its "
+    "latest commit; since the first commit it misses while its runs fail",
+    ["view"],
+    registry=None,
+)
+VIEW_UPDATED = Gauge(
+    "tidelake_ingester_view_updated_timestamp_seconds",
+    "When the view table last committed (step or rebuild), seconds since the epoch",
+    ["view"],
+    registry=None,
+)
+
+
 def ingester_collectors() -> list[Collector]:
     return [
         INGESTER_ROUNDS,
@@ -199,6 +227,10 @@ def ingester_collectors() -> list[Collector]:
         INGESTER_ROUND_SECONDS,
         INGESTER_TABLES_PAUSED,
         INGESTER_TABLES_RETRYING,
+        VIEW_STEPS,
+        VIEW_STEP_SECONDS,
+        VIEW_LAG,
+        VIEW_UPDATED,
     ]
 
 

@@ -198,6 +198,18 @@ class ViewMaintainer:
             checkpoint=new,
         )
 
+    def rebuild_or_fail(self, name: str, reason: str) -> StepResult:
+        """:meth:`rebuild`, a failure reported as the result (as :meth:`step` does)."""
+        started = time.monotonic()
+        try:
+            return self.rebuild(name, reason)
+        except Exception as exc:
+            detail = describe_error(exc) if "py4j" in type(exc).__module__ else str(exc)
+            log.warning("view rebuild failed", view=name, error=detail[:500])
+            failed = StepResult(name, "failed", reason=detail[:2000])
+            failed.duration_ms = int((time.monotonic() - started) * 1000)
+            return failed
+
     def rebuild(self, name: str, reason: str = "asked for") -> StepResult:
         started = time.monotonic()
         view = self.definition(name)

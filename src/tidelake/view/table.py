@@ -11,9 +11,13 @@ never counts a change twice.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -99,6 +103,7 @@ class ViewTable:
     def write(self, rows: DataFrame, checkpoint: ViewCheckpoint, *, rebuild: bool) -> None:
         """Commit ``rows`` (with ``_hoodie_is_deleted``) and ``checkpoint`` in one commit;
         ``rebuild``: the rows replace the whole table (``insert_overwrite_table``)."""
+        _crash_hook(self.path)
         rows.write.format("hudi").options(**self._options(checkpoint, rebuild)).mode("append").save(
             self.path
         )
@@ -138,6 +143,27 @@ class ViewTable:
         if lake.spark.master.startswith("local"):
             opts |= {"hoodie.embed.timeline.server": "false", "hoodie.write.markers.type": "DIRECT"}
         return opts
+
+
+#: Test hook: ``before_commit`` SIGKILLs the process group before a view commit starts;
+#: ``in_commit`` once the commit is in flight on the view's timeline (Hudi writing it).
+CRASH_HOOK_ENV = "TEST_TIDELAKE_VIEW_CRASH_AT"
+
+
+def _crash_hook(path: str) -> None:
+    point = os.environ.get(CRASH_HOOK_ENV)
+    if point == "before_commit":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif point == "in_commit":
+        timeline = Path(path) / ".hoodie" / "timeline"
+        known = set(timeline.glob("*.inflight")) if timeline.is_dir() else set()
+
+        def kill_when_in_flight() -> None:
+            while not (set(timeline.glob("*.inflight")) - known if timeline.is_dir() else None):
+                time.sleep(0.005)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+        threading.Thread(target=kill_when_in_flight, daemon=True).start()
 
 
 def now_ms() -> int:

@@ -1,0 +1,139 @@
+"""The views kept by the ingest: a step of every view after each round that committed, the
+rebuilds an operator asked for, and what ``status`` and ``/metrics`` show (docs/views.md §6).
+
+The ingest is the lake's one writer (``lake/lock.py``), so it writes the view tables too: a
+step runs in its process right after the round, in the same Spark session. Outside it
+(``tidelake view run`` with no ingest running) the CLI takes the writer lock itself. A rebuild
+asked for while the ingest runs is left as a request file (``<state>/views/rebuild-<name>``)
+that the ingest takes up after its next round, or at once when idle.
+
+After every run the keeper writes ``<state>/views.json``: per view the last outcome, the base
+commit the view includes, when it was updated and how far behind it was. It is what ``tidelake
+view status`` reads without Spark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from tidelake.config import Config
+from tidelake.runtime import live_metrics as live
+from tidelake.runtime.durable import write_atomic
+from tidelake.view.maintain import StepResult, ViewMaintainer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("tidelake.view")
+
+STATE_FILE = "views.json"
+REQUESTS_DIR = "views"
+
+
+def state_path(config: Config) -> Path:
+    return config.lake_state_dir / STATE_FILE
+
+
+def request_path(config: Config, name: str) -> Path:
+    return config.lake_state_dir / REQUESTS_DIR / f"rebuild-{name}"
+
+
+def request_rebuild(config: Config, name: str) -> Path:
+    """Ask the running ingest to rebuild ``name`` (see the module docstring)."""
+    path = request_path(config, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, orjson.dumps({"asked_at_ms": int(time.time() * 1000)}))
+    return path
+
+
+def read_state(config: Config) -> dict[str, Any]:
+    """``views.json``: view name → its last recorded run ({} before the first)."""
+    try:
+        data: dict[str, Any] = orjson.loads(state_path(config).read_bytes())
+    except FileNotFoundError:
+        return {}
+    return data
+
+
+def instant_seconds(instant: str) -> float:
+    """A Hudi instant time (``yyyyMMddHHmmssSSS``, UTC timeline) in seconds since the epoch."""
+    moment = dt.datetime.strptime(instant[:17].ljust(17, "0"), "%Y%m%d%H%M%S%f")
+    return moment.replace(tzinfo=dt.UTC).timestamp()
+
+
+class ViewKeeper:
+    """Runs the configured views after each ingest round (``Ingestor.after_round``)."""
+
+    def __init__(self, config: Config, spark: SparkSession) -> None:
+        self.config = config
+        self.maintainer = ViewMaintainer(config, spark)
+        self._caught_up = False
+
+    def __call__(self, committed: bool) -> list[StepResult]:
+        """After a round: step every view when the round committed (or on the first call,
+        to catch up on a round the last process committed before it died), and take up
+        rebuild requests in any case."""
+        if not self.config.views:
+            return []
+        asked = {n for n in self.config.views if request_path(self.config, n).exists()}
+        if not (committed or asked or not self._caught_up):
+            return []
+        self._caught_up = True
+        results = []
+        for name in self.config.views:
+            if name in asked:
+                result = self.maintainer.rebuild_or_fail(name, "asked for (tidelake view rebuild)")
+                if result.outcome != "failed":
+                    request_path(self.config, name).unlink(missing_ok=True)
+            else:
+                result = self.maintainer.step(name)
+            results.append(result)
+        self.record(results)
+        return results
+
+    def record(self, results: list[StepResult]) -> None:
+        """Keep ``views.json`` and the metrics current with ``results``."""
+        state = read_state(self.config)
+        now = time.time()
+        for result in results:
+            entry = state.get(result.view, {})
+            entry.update(
+                {
+                    "outcome": result.outcome,
+                    "reason": result.reason,
+                    "ran_at_ms": int(now * 1000),
+                    "duration_ms": result.duration_ms,
+                    "records": result.records,
+                    "groups": result.groups,
+                    "recomputed": result.recomputed,
+                }
+            )
+            if result.checkpoint is not None:
+                entry["base"] = dict(result.checkpoint.base)
+                entry["updated_at_ms"] = result.checkpoint.at_ms
+                entry["lag_s"] = 0.0
+            elif result.outcome == "failed" and entry.get("base"):
+                # Behind since the first base commit after the one it includes.
+                included = min(instant_seconds(t) for t in entry["base"].values())
+                entry["lag_s"] = round(max(0.0, now - included), 3)
+            state[result.view] = entry
+            live.VIEW_STEPS.labels(result.view, result.outcome).inc()
+            live.VIEW_STEP_SECONDS.observe(result.duration_ms / 1000)
+            if "lag_s" in entry:
+                live.VIEW_LAG.labels(result.view).set(entry["lag_s"])
+            if "updated_at_ms" in entry:
+                live.VIEW_UPDATED.labels(result.view).set(entry["updated_at_ms"] / 1000)
+        for gone in set(state) - set(self.config.views):
+            del state[gone]
+        path = state_path(self.config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, orjson.dumps(state, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        for result in results:
+            if result.outcome == "failed":
+                log.warning("view not updated", view=result.view, reason=result.reason[:300])
