@@ -998,16 +998,34 @@ class RouteConfig(_Model):
 
 
 class ViewConfig(_Model):
-    """One materialized view over lake tables, kept as a Hudi table of its own and updated
-    from the changed rows after each ingest round (docs/views.md)."""
+    """One materialized view over lake tables, kept as a Hudi table of its own after each
+    ingest round (docs/views.md)."""
 
-    sql: str = Field(
-        ...,
-        description="SELECT over one lake table (db.table): plain columns in GROUP BY, "
-        "COUNT(*), COUNT/SUM/MIN/MAX of a column, an optional WHERE",
+    kind: Literal["aggregate", "lifecycle"] = Field(
+        "aggregate",
+        description="aggregate: a GROUP BY over one lake table (sql), kept from the table's "
+        "change log; lifecycle: the states each row of a table passes through (table, "
+        "state_column), from the changes as they are applied",
+    )
+    sql: str | None = Field(
+        None,
+        description="aggregate: SELECT over one lake table (db.table): plain columns in GROUP "
+        "BY, COUNT(*), COUNT/SUM/MIN/MAX of a column, an optional WHERE",
+    )
+    table: str | None = Field(None, description="lifecycle: the lake table (db.table)")
+    state_column: str | None = Field(
+        None, description="lifecycle: the column holding the row's state (status)"
     )
     description: str = Field("", description="what the view is for, shown by `view list`")
     paused: bool = Field(False, description="a paused view is not updated (status shows it)")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ViewConfig:
+        if self.kind == "aggregate" and not self.sql:
+            raise ValueError("an aggregate view needs sql")
+        if self.kind == "lifecycle" and not (self.table and self.state_column):
+            raise ValueError("a lifecycle view needs table and state_column")
+        return self
 
 
 class Config(_Model):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +21,8 @@ from tidelake.runtime.logs import LogFormat, configure_logging
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from tidelake.lake.ingest import AfterRound, Hook
 
 app = typer.Typer(
     name="tidelake",
@@ -100,10 +102,10 @@ def _home() -> Path:
     return Path(named).expanduser() if named else default_home(os.environ)
 
 
-def _view_keeper(cfg: Config) -> Callable[[SparkSession], Callable[[bool], object]]:
+def _view_keeper(cfg: Config) -> Hook:
     """What the ingest runs after each round: the configured views (view/keeper.py)."""
 
-    def make(spark: SparkSession) -> Callable[[bool], object]:
+    def make(spark: SparkSession) -> AfterRound:
         from tidelake.view.keeper import ViewKeeper
 
         return ViewKeeper(cfg, spark)

@@ -70,11 +70,27 @@ def list_views(config: ConfigOption = None, json_out: JsonOption = False) -> Non
     rows: list[dict[str, Any]] = []
     for name in names:
         view = cfg.views[name]
-        try:
-            parsed = parse_view(name, view.sql)
+        if view.kind == "lifecycle":
             rows.append(
                 {
                     "view": name,
+                    "kind": "lifecycle",
+                    "table": view.table,
+                    "key": [],
+                    "columns": ["state", "times_entered", "ms_in_state", "entered_at", "left_at"],
+                    "paused": view.paused,
+                    "error": None,
+                    "state_column": view.state_column,
+                    "description": view.description,
+                }
+            )
+            continue
+        try:
+            parsed = parse_view(name, view.sql or "")
+            rows.append(
+                {
+                    "view": name,
+                    "kind": "aggregate",
                     "table": parsed.table,
                     "key": list(parsed.groups),
                     "columns": [o.alias for o in parsed.outputs],
@@ -164,7 +180,7 @@ def run(
             spark = _spark(cfg)
             try:
                 keeper = ViewKeeper(cfg, spark)
-                results = [keeper.maintainer.step(n) for n in wanted]
+                results = [keeper.step(n) for n in wanted]
                 keeper.record(results)
             finally:
                 spark.stop()
@@ -200,10 +216,7 @@ def rebuild(
             spark = _spark(cfg)
             try:
                 keeper = ViewKeeper(cfg, spark)
-                results = [
-                    keeper.maintainer.rebuild_or_fail(n, "asked for (tidelake view rebuild)")
-                    for n in wanted
-                ]
+                results = [keeper.rebuild(n) for n in wanted]
                 keeper.record(results)
             finally:
                 spark.stop()
@@ -236,13 +249,13 @@ def verify(
 ) -> None:
     """Compare each view with a full recomputation over the base commit it includes.
     Exit 1 on any difference."""
-    from tidelake.view.maintain import ViewMaintainer
+    from tidelake.view.keeper import ViewKeeper
 
     cfg, wanted = _config(config, names)
     spark = _spark(cfg)
     try:
-        maintainer = ViewMaintainer(cfg, spark)
-        results = [maintainer.verify(n) for n in wanted]
+        keeper = ViewKeeper(cfg, spark)
+        results = [keeper.verify(n) for n in wanted]
     finally:
         spark.stop()
     rows: list[dict[str, Any]] = [

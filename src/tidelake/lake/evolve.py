@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import structlog
 
 from tidelake.errors import TableRefused
@@ -58,7 +59,7 @@ from tidelake.events import ChangeEvent
 from tidelake.lake import ddl
 from tidelake.lake.catalog import create_database, drop_database
 from tidelake.lake.checkpoint import TableCheckpoint
-from tidelake.lake.hudi import DELETE_FIELD
+from tidelake.lake.hudi import DELETE_FIELD, RENAMED_KEY
 from tidelake.lake.ledger import BlockedDdl
 from tidelake.lake.rules import ddl_checkpoint
 from tidelake.lake.schema import LINEAGE_NAMES, converter, is_safe_widening, schema_for, spark_type
@@ -110,6 +111,8 @@ class _Plan:
     lineage: list[Any]
     rewrite: bool = False
     changed: list[str] = field(default_factory=list)
+    #: Column renames in the order applied, recorded in the rewrite's commit for the views.
+    renamed: list[tuple[str, str]] = field(default_factory=list)
 
     def find(self, name: str) -> _Field | None:
         return next((f for f in self.fields if f.name == name), None)
@@ -289,7 +292,8 @@ class SchemaEvolver:
         if plan.rewrite:
             df = self._rewritten(path, plan)
             rows = df.count()
-            instant = self.store.commit(table_id, df, checkpoint, rewrite=True)
+            renamed = {RENAMED_KEY: orjson.dumps(plan.renamed).decode()} if plan.renamed else {}
+            instant = self.store.commit(table_id, df, checkpoint, rewrite=True, extra=renamed)
         else:
             df = self.spark.createDataFrame([], new_schema)
             instant = self.store.commit(table_id, df, checkpoint)
@@ -358,6 +362,7 @@ class SchemaEvolver:
         held.name = new
         plan.rewrite = True
         plan.changed.append(f"rename {old} to {new}")
+        plan.renamed.append((old, new))
         return None
 
     def _default_value(self, col: ddl.ColumnSpec, event: ChangeEvent) -> Any:

@@ -29,6 +29,8 @@ from tidelake.config import LakeConfig
 COMMIT_META_PREFIX = "tidelake."
 #: The commit extra-metadata key holding the table's :class:`TableCheckpoint` as JSON.
 CHECKPOINT_KEY = "tidelake.checkpoint"
+#: In a rewrite's commit: the column renames it applied, ``[[old, new], …]`` (for the views).
+RENAMED_KEY = "tidelake.renamed"
 #: The ordering field: ``Position.encode()``, a fixed-width string in commit order.
 ORDERING_FIELD = "_tl_position"
 #: Hudi's own soft-delete marker column.

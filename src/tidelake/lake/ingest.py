@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,7 +80,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
-AfterRound = Callable[[bool], object]
+#: After a round, with its events per table (None: nothing was staged).
+AfterRound = Callable[[Mapping[str, Sequence[ChangeEvent]] | None], object]
 Hook = Callable[["SparkSession"], AfterRound]
 
 #: Consecutive failed rounds of one table, for an unknown cause, before it is paused.
@@ -384,7 +385,7 @@ class Ingestor:
         self._retry_due()  # so may a table whose retry time has come
         staged = self.source.next_round(self.cursor)
         if staged is None:
-            self._after_round(False)
+            self._after_round(None)
             return result
         result.manifests = len(staged.manifests)
         result.seq_last = staged.seq_last
@@ -404,17 +405,17 @@ class Ingestor:
                 self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
         if result.interrupted:
             return result  # the cursor stays: checkpoints skip what was committed
+        self._after_round(staged.events)  # before the cursor: a crash re-reads this round
         self._advance_cursor(staged.next_cursor(self.cursor))
         live.INGESTER_ROUNDS.inc()
         live.INGESTER_MANIFESTS.inc(result.manifests)
         live.INGESTER_ROUND_SECONDS.observe(time.monotonic() - started)
-        self._after_round(True)
         return result
 
-    def _after_round(self, committed: bool) -> None:
+    def _after_round(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> None:
         if self.after_round is not None:  # set by the ingest command: lake/ imports no view/
             with self.round_beat.running("updating views"):
-                self.after_round(committed)
+                self.after_round(events)
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
         """Apply everything staged now, then return. A table that failed (and was not

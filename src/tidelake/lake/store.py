@@ -227,6 +227,8 @@ def viewed_tables(config: Config) -> set[str]:
 
     found = set()
     for view in config.views.values():
+        if view.sql is None:
+            continue
         try:
             tree = sqlglot.parse_one(view.sql, read="spark")
         except sqlglot.errors.ParseError:  # the view's own check reports its SQL
@@ -352,8 +354,10 @@ class TableStore:
         *,
         pk: Sequence[str] | None = None,
         rewrite: bool = False,
+        extra: Mapping[str, str] | None = None,
     ) -> str:
-        """Write ``df`` to the table in one Hudi commit holding ``checkpoint``; its instant."""
+        """Write ``df`` to the table in one Hudi commit holding ``checkpoint`` (and ``extra``
+        commit metadata, ``tidelake.*`` keys); its instant."""
         database, table = split_table_id(table_id)
         path = self.path(table_id)
         key = tuple(pk) if pk else self.stored_primary_key(path)
@@ -365,7 +369,7 @@ class TableStore:
             database,
             table,
             key,
-            {CHECKPOINT_KEY: checkpoint.to_json()},
+            {CHECKPOINT_KEY: checkpoint.to_json(), **(extra or {})},
             rewrite=rewrite,
             record_index=self.uses_record_index(path),
             table_name=stored.get("hoodie.table.name") or None,

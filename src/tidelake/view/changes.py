@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tidelake.lake.hudi import RENAMED_KEY
 from tidelake.lake.store import CompletedInstant
 
 if TYPE_CHECKING:
@@ -104,6 +105,18 @@ def plan_range(
             f"for ({retained_commits})"
         )
     return ChangeRange(table, path, after, newer[-1].completed, len(newer))
+
+
+def renames_after(instants: Sequence[CompletedInstant], after: str | None) -> list[tuple[str, str]]:
+    """The column renames the rewrites after ``after`` applied, in order (``RENAMED_KEY``)."""
+    if after is None:
+        return []
+    out: list[tuple[str, str]] = []
+    for instant in instants:
+        text = instant.metadata.get(RENAMED_KEY)
+        if instant.completed > after and text:
+            out += [(str(old), str(new)) for old, new in orjson.loads(text)]
+    return out
 
 
 def decode_value(value: Any, data_type: DataType) -> Any:

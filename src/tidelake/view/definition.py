@@ -13,6 +13,7 @@ The SQL is Spark SQL: a full recomputation (``rebuild``, ``verify``) runs it as 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlglot
@@ -85,6 +86,12 @@ class ViewDefinition:
         a view whose fingerprint differs from its table's is rebuilt."""
         canonical = sqlglot.parse_one(self.sql, read=DIALECT).sql(dialect=DIALECT)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def group_outputs(self) -> tuple[str, ...]:
+        """The output column of each GROUP BY column, in GROUP BY order."""
+        by_group = {o.group: o.alias for o in self.outputs if o.group is not None}
+        return tuple(by_group[g] for g in self.groups)
 
     @property
     def has_extremes(self) -> bool:
@@ -226,3 +233,37 @@ def state_sql(view: ViewDefinition, table: str) -> str:
         f"COUNT(`{a.column}`) AS {nonnull_column(a)}" for a in view.aggregates if a.column
     ]
     return tree.select(*extra, dialect=DIALECT, copy=False).sql(dialect=DIALECT)
+
+
+def follow_renames(view: ViewDefinition, renamed: Mapping[str, str]) -> ViewDefinition:
+    """The view over its table after column renames (``renamed``: name in the definition →
+    name now), as PostgreSQL keeps a view over a renamed column: the output columns keep their
+    names, the definition reads the new ones."""
+    if not renamed:
+        return view
+    tree = sqlglot.parse_one(view.sql, read=DIALECT)
+    assert isinstance(tree, exp.Select)
+    for item in list(tree.expressions):
+        if isinstance(item, exp.Column) and item.name in renamed:
+            item.replace(exp.alias_(item.copy(), item.name))
+    for column in tree.find_all(exp.Column):
+        if column.name in renamed:
+            column.set("this", exp.to_identifier(renamed[column.name]))
+    followed = parse_view(view.name, tree.sql(dialect=DIALECT))
+    return ViewDefinition(
+        view.name, followed.sql, view.table, followed.groups, followed.outputs, followed.where
+    )
+
+
+def compose_renames(held: Mapping[str, str], renames: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``held`` (definition name → current name) after ``renames`` (old → new, in order)."""
+    out = dict(held)
+    for old, new in renames:
+        followed = False
+        for original, current in out.items():
+            if current == old:
+                out[original] = new
+                followed = True
+        if not followed and old not in out:
+            out[old] = new
+    return out

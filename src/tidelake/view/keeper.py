@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +24,11 @@ import orjson
 import structlog
 
 from tidelake.config import Config
+from tidelake.events import ChangeEvent
 from tidelake.runtime import live_metrics as live
 from tidelake.runtime.durable import write_atomic
-from tidelake.view.maintain import StepResult, ViewMaintainer
+from tidelake.view.lifecycle import LifecycleView
+from tidelake.view.maintain import StepResult, VerifyResult, ViewMaintainer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,12 +78,14 @@ class ViewKeeper:
         self.maintainer = ViewMaintainer(config, spark)
         self._caught_up = False
 
-    def __call__(self, committed: bool) -> list[StepResult]:
-        """After a round: step every view when the round committed (or on the first call,
-        to catch up on a round the last process committed before it died), and take up
-        rebuild requests in any case."""
+    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> list[StepResult]:
+        """After a round (``events``: its events per table; None when nothing was staged):
+        step every view when the round committed (or on the first call, to catch up on a
+        round the last process committed before it died), and take up rebuild requests in
+        any case."""
         if not self.config.views:
             return []
+        committed = events is not None
         asked = {n for n in self.config.views if request_path(self.config, n).exists()}
         if not (committed or asked or not self._caught_up):
             return []
@@ -88,14 +93,52 @@ class ViewKeeper:
         results = []
         for name in self.config.views:
             if name in asked:
-                result = self.maintainer.rebuild_or_fail(name, "asked for (tidelake view rebuild)")
-                if result.outcome != "failed":
-                    request_path(self.config, name).unlink(missing_ok=True)
+                result = self.rebuild(name)
+                request_path(self.config, name).unlink(missing_ok=True)
             else:
-                result = self.maintainer.step(name)
+                result = self.step(name, events)
             results.append(result)
         self.record(results)
         return results
+
+    def step(
+        self, name: str, events: Mapping[str, Sequence[ChangeEvent]] | None = None
+    ) -> StepResult:
+        """One update of view ``name``; a lifecycle view takes ``events`` (the round's)."""
+        if self.config.views[name].kind == "aggregate":
+            return self.maintainer.step(name)
+        if self.config.views[name].paused:
+            return StepResult(name, "paused")
+        started = time.monotonic()
+        table = self.config.views[name].table or ""
+        try:
+            result = LifecycleView(self.config, self.maintainer.spark, name).apply(
+                [e for batch in (events or {}).values() for e in batch if e.table_id == table]
+                if events
+                else []
+            )
+        except Exception as exc:  # the view's own failure: reported, the lake goes on
+            log.warning("lifecycle view step failed", view=name, error=str(exc)[:500])
+            result = StepResult(name, "failed", reason=str(exc)[:2000])
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    def rebuild(self, name: str) -> StepResult:
+        """Recompute view ``name`` and swap it in (an aggregate view only: a lifecycle view's
+        past is not in the lake)."""
+        if self.config.views[name].kind == "lifecycle":
+            return StepResult(
+                name,
+                "failed",
+                reason="a lifecycle view cannot be recomputed: past states are not in the lake",
+            )
+        return self.maintainer.rebuild_or_fail(name, "asked for (tidelake view rebuild)")
+
+    def verify(self, name: str) -> VerifyResult:
+        """Compare view ``name`` with what the base table says it must hold."""
+        if self.config.views[name].kind == "lifecycle":
+            return LifecycleView(self.config, self.maintainer.spark, name).verify()
+        return self.maintainer.verify(name)
 
     def record(self, results: list[StepResult]) -> None:
         """Keep ``views.json`` and the metrics current with ``results``."""

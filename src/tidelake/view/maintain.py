@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import decimal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +36,15 @@ import structlog
 from tidelake.config import Config
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.jvm_errors import describe_error
-from tidelake.lake.store import completed_instants, hoodie_properties
-from tidelake.view.changes import UnreadableRangeError, plan_range, read_changes
+from tidelake.lake.store import CDC_PROPERTY, completed_instants, hoodie_properties
+from tidelake.view.changes import UnreadableRangeError, plan_range, read_changes, renames_after
 from tidelake.view.definition import (
     KEY,
     ROWS,
     ViewDefinition,
     ViewDefinitionError,
+    compose_renames,
+    follow_renames,
     nonnull_column,
     parse_view,
     state_sql,
@@ -111,6 +113,8 @@ class ViewMaintainer:
         view = self.config.views.get(name)
         if view is None:
             raise ViewDefinitionError(f"no view named {name!r} in the configuration")
+        if view.kind != "aggregate" or view.sql is None:
+            raise ViewDefinitionError(f"view {name} is a {view.kind} view, not an aggregate")
         return parse_view(name, view.sql)
 
     def base_path(self, view: ViewDefinition) -> str:
@@ -119,8 +123,8 @@ class ViewMaintainer:
     # -- running
 
     def run_all(self) -> list[StepResult]:
-        """One step of every configured view; a failing view never stops the others."""
-        return [self.step(name) for name in self.config.views]
+        """One step of every aggregate view; a failing view never stops the others."""
+        return [self.step(n) for n, v in self.config.views.items() if v.kind == "aggregate"]
 
     def step(self, name: str) -> StepResult:
         started = time.monotonic()
@@ -136,56 +140,54 @@ class ViewMaintainer:
     def _step(self, name: str) -> StepResult:
         if self.config.views[name].paused:
             return StepResult(name, "paused")
-        view = self.definition(name)
+        defined = self.definition(name)
         table = ViewTable(self.config, self.spark, name)
-        base = self.base_path(view)
+        base = self.base_path(defined)
         instants = completed_instants(self.spark, base)
         if not instants:
-            return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
+            return StepResult(name, "waiting", reason=f"{defined.table} has no commit yet")
         checkpoint = table.checkpoint() if table.exists() else None
         if checkpoint is None:
-            return self._rebuild(view, table, "the view table is new")
-        if checkpoint.definition != view.fingerprint:
-            return self._rebuild(view, table, "the definition changed")
-        if hoodie_properties(self.spark, base).get("hoodie.table.cdc.enabled") != "true":
-            return self._rebuild(view, table, f"{view.table} keeps no change log")
+            return self._rebuild(defined, table, "the view table is new", {})
+        if checkpoint.definition != defined.fingerprint:
+            return self._rebuild(defined, table, "the definition changed", {})
+        after = checkpoint.base.get(defined.table)
+        if hoodie_properties(self.spark, base).get(CDC_PROPERTY) != "true":
+            return self._rebuild(
+                defined, table, f"{defined.table} keeps no change log", checkpoint.renamed
+            )
         try:
             span = plan_range(
-                view.table,
+                defined.table,
                 base,
                 instants,
-                checkpoint.base.get(view.table),
+                after,
                 retained_commits=self.config.lake.table_services.clean_retain_commits,
             )
         except UnreadableRangeError as exc:
-            return self._rebuild(view, table, str(exc))
+            renamed = compose_renames(checkpoint.renamed, renames_after(instants, after))
+            return self._rebuild(defined, table, str(exc), renamed)
         if span is None:
             return StepResult(name, "current", checkpoint=checkpoint)
+        view = follow_renames(defined, checkpoint.renamed)
         snapshot = self._snapshot(base, span.through)
         try:
             images = read_changes(self.spark, span, snapshot.schema, view.columns)
         except UnreadableRangeError as exc:
-            return self._rebuild(view, table, str(exc))
-        new = ViewCheckpoint(view.fingerprint, {view.table: span.through}, now_ms(), "step")
+            return self._rebuild(defined, table, str(exc), checkpoint.renamed)
+        new = ViewCheckpoint(
+            defined.fingerprint, {view.table: span.through}, now_ms(), "step", checkpoint.renamed
+        )
         rows, recomputed = self._apply(view, table, snapshot, images.columns, images.rows)
-        written = len(rows)
-        if rows:
-            table.write(
-                self.spark.createDataFrame(rows, self._table_schema(view, snapshot)),
-                new,
-                rebuild=False,
-            )
-        else:  # nothing in the view changes: the checkpoint still moves on
-            table.write(
-                self.spark.createDataFrame([], self._table_schema(view, snapshot)),
-                new,
-                rebuild=False,
-            )
+        # No view row changed: the commit still moves the checkpoint on.
+        table.write(
+            self.spark.createDataFrame(rows, self._table_schema(view, snapshot)), new, rebuild=False
+        )
         log.info(
             "view step",
             view=name,
             records=images.records,
-            groups=written,
+            groups=len(rows),
             recomputed=recomputed,
             through=span.through,
         )
@@ -193,7 +195,7 @@ class ViewMaintainer:
             name,
             "step",
             records=images.records,
-            groups=written,
+            groups=len(rows),
             recomputed=recomputed,
             checkpoint=new,
         )
@@ -216,19 +218,30 @@ class ViewMaintainer:
         table = ViewTable(self.config, self.spark, name)
         if not completed_instants(self.spark, self.base_path(view)):
             return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
-        result = self._rebuild(view, table, reason)
+        held = table.checkpoint() if table.exists() else None
+        renamed: dict[str, str] = {}
+        if held is not None and held.definition == view.fingerprint:
+            after = held.base.get(view.table)
+            instants = completed_instants(self.spark, self.base_path(view))
+            renamed = compose_renames(held.renamed, renames_after(instants, after))
+        result = self._rebuild(view, table, reason, renamed)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
-    def _rebuild(self, view: ViewDefinition, table: ViewTable, reason: str) -> StepResult:
+    def _rebuild(
+        self, defined: ViewDefinition, table: ViewTable, reason: str, renamed: Mapping[str, str]
+    ) -> StepResult:
         from pyspark.sql import functions as F  # noqa: N812
 
+        view = follow_renames(defined, renamed)
         base = self.base_path(view)
         through = completed_instants(self.spark, base)[-1].completed
         snapshot = self._snapshot(base, through)
         state = self._state(view, snapshot).withColumn(DELETED, F.lit(False))
         rows = state.collect()
-        checkpoint = ViewCheckpoint(view.fingerprint, {view.table: through}, now_ms(), "rebuild")
+        checkpoint = ViewCheckpoint(
+            defined.fingerprint, {view.table: through}, now_ms(), "rebuild", dict(renamed)
+        )
         table.write(self.spark.createDataFrame(rows, state.schema), checkpoint, rebuild=True)
         table.register()
         log.info("view rebuilt", view=view.name, reason=reason, rows=len(rows), through=through)
@@ -255,7 +268,7 @@ class ViewMaintainer:
 
         snapshot.createOrReplaceTempView(_BASE)
         state = self.spark.sql(state_sql(view, _BASE))
-        return state.select(_key(view), *state.columns)
+        return state.select(_key(view.group_outputs), *state.columns)
 
     def _table_schema(self, view: ViewDefinition, snapshot: DataFrame) -> Any:
         from pyspark.sql.types import BooleanType, StructField, StructType
@@ -291,7 +304,7 @@ class ViewMaintainer:
         delta = (
             netted.groupBy(*view.groups)
             .agg(*_delta_columns(view))
-            .select(_key(view), "*")
+            .select(_key(view.groups), "*")
             .collect()
         )
         if not delta:
@@ -350,10 +363,11 @@ class ViewMaintainer:
         return out
 
 
-def _key(view: ViewDefinition) -> Column:
+def _key(columns: Sequence[str]) -> Column:
+    """``_tl_key``: the JSON array of the group's values as text (NULL as null)."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    return F.to_json(F.array(*(F.col(g).cast("string") for g in view.groups))).alias(KEY)
+    return F.to_json(F.array(*(F.col(c).cast("string") for c in columns))).alias(KEY)
 
 
 def _delta_columns(view: ViewDefinition) -> Iterator[Column]:
@@ -436,11 +450,12 @@ def _deleted(
 
 def verify_view(maintainer: ViewMaintainer, name: str) -> VerifyResult:
     """Compare the view table with a full recomputation over the base commit it includes."""
-    view = maintainer.definition(name)
+    defined = maintainer.definition(name)
     table = ViewTable(maintainer.config, maintainer.spark, name)
     checkpoint = table.checkpoint() if table.exists() else None
-    if checkpoint is None or view.table not in checkpoint.base:
+    if checkpoint is None or defined.table not in checkpoint.base:
         raise ViewDefinitionError(f"view {name} has not been built yet (tidelake view run)")
+    view = follow_renames(defined, checkpoint.renamed)
     through = checkpoint.base[view.table]
     snapshot = maintainer._snapshot(maintainer.base_path(view), through)
     visible = [o.alias for o in view.outputs]

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,8 @@ class ViewCheckpoint:
     at_ms: int
     #: How the commit came about: "rebuild" or "step".
     kind: str
+    #: Columns of the base table renamed since the definition was written: its name → now.
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return orjson.dumps(
@@ -57,6 +59,7 @@ class ViewCheckpoint:
                 "base": dict(self.base),
                 "at_ms": self.at_ms,
                 "kind": self.kind,
+                "renamed": dict(self.renamed),
             }
         ).decode()
 
@@ -65,7 +68,13 @@ class ViewCheckpoint:
         body = orjson.loads(text)
         if body.get("version") != _VERSION:
             raise ValueError(f"unsupported view checkpoint version {body.get('version')!r}")
-        return cls(body["definition"], dict(body["base"]), int(body["at_ms"]), body["kind"])
+        return cls(
+            body["definition"],
+            dict(body["base"]),
+            int(body["at_ms"]),
+            body["kind"],
+            dict(body.get("renamed") or {}),
+        )
 
 
 def view_path(config: Config, name: str) -> str:

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from lakekit import Lake, event
+from lakekit import Lake, ddl_event, event
 
 from tidelake.view.maintain import ViewMaintainer
 
@@ -125,7 +125,6 @@ def test_steps_equal_the_recomputation(views: tuple[Lake, ViewMaintainer]) -> No
 def test_rewrite_and_new_definition_rebuild(
     views: tuple[Lake, ViewMaintainer], lake_factory: Callable[..., Lake]
 ) -> None:
-    from lakekit import ddl_event
 
     lake, m = views
     lake.stage([_order("insert", 1, 1, 10, "new", "5.25"), _order("insert", 2, 2, 11, "new", "1")])
@@ -167,3 +166,41 @@ def test_rewrite_and_new_definition_rebuild(
     assert result.reason == "the definition changed"
     assert m2.verify("activity").ok
     assert _view_rows(m2)[10]["biggest"] == Decimal("2.75")
+
+
+def test_the_view_follows_a_renamed_column(views: tuple[Lake, ViewMaintainer]) -> None:
+    """As a PostgreSQL view does: RENAME COLUMN rewrites the base table (a rebuild), and the
+    view reads the column under its new name from then on, its own columns unchanged."""
+    lake, m = views
+    lake.stage([_order("insert", 1, 1, 10, "new", "5.25"), _order("insert", 2, 2, 10, "new", "1")])
+    lake.ingest()
+    assert m.step("activity").outcome == "rebuild"
+    rename = "ALTER TABLE shop.orders RENAME COLUMN amount TO total"
+    renamed = {**TYPES, "total": TYPES["amount"]}
+    del renamed["amount"]
+    lake.stage([ddl_event("shop.orders", rename, "ALTER", 3, 3)])
+    lake.stage(
+        [
+            event(
+                "insert",
+                3,
+                4,
+                4,
+                values={"customer_id": "10", "status": "new", "total": "0.50"},
+                types=renamed,
+            )
+        ]
+    )
+    lake.ingest()
+    rebuilt = m.step("activity")
+    assert rebuilt.outcome == "rebuild", rebuilt
+    assert rebuilt.checkpoint is not None
+    assert dict(rebuilt.checkpoint.renamed) == {"amount": "total"}
+    values = {"customer_id": "10", "status": "new", "total": "9.00"}
+    lake.stage([event("update", 1, 5, 5, values=values, types=renamed)])
+    lake.ingest()
+    stepped = m.step("activity")
+    assert stepped.outcome == "step", stepped
+    assert m.verify("activity").ok
+    row = _view_rows(m)[10]
+    assert (row["orders"], row["spend"], row["biggest"]) == (3, Decimal("10.50"), Decimal("9.00"))

@@ -1,0 +1,377 @@
+"""Lifecycle views: the states each row of a table passes through and the time it spends in
+each (docs/views.md §7) — an order going new → paid → shipped.
+
+A lake table holds each row as it is now; the states it passed through are in the changes.
+A lake commit nets the changes of a round (two updates of one key in one round are one
+change in Hudi's change log), so a lifecycle view is not read from the change log: it is kept
+from the round's own events, every one in stream order, as the ingest applied them (the
+keeper runs before the ingest moves its cursor, so a round killed before the view commit is
+read again and applied once: the view's checkpoint, the stream sequence it has applied, is in
+its own commit).
+
+One view row per (row key, state): how many times the row entered the state, the
+milliseconds it spent there (closed stays), when it last entered and left, whether it is
+there now. Times are the source commit times of the changes (``commit_ts_ms``: TiDB's
+commitTs, the binlog's or WAL's commit time): when the transition committed at the source.
+
+History starts when the view is made: a row the table holds then, and that does not change
+in the view's first round, enters its state at that moment. Changing the definition cannot be
+recomputed from the lake (the past states are not in it), so it is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from tidelake import names
+from tidelake.config import Config
+from tidelake.events import ChangeEvent, Op
+from tidelake.lake.hudi import split_table_id, table_path
+from tidelake.lake.store import read_checkpoint
+from tidelake.view.definition import KEY
+from tidelake.view.maintain import DELETED, StepResult, VerifyResult
+from tidelake.view.table import ViewCheckpoint, ViewTable, now_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+log = structlog.get_logger("tidelake.view")
+
+ENTITY = "_tl_entity"
+POSITION = "_tl_position"
+STATE = "state"
+
+
+class LifecycleError(ValueError):
+    """The events cannot be placed in a lifecycle (the reason says why)."""
+
+
+def _moment(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+class LifecycleView:
+    """One lifecycle view (``kind: lifecycle``) through one Spark session."""
+
+    def __init__(self, config: Config, spark: SparkSession, name: str) -> None:
+        view = config.views[name]
+        if not (view.table and view.state_column):
+            raise LifecycleError(f"view {name} is not a lifecycle view")
+        self.config = config
+        self.spark = spark
+        self.name = name
+        database, table = split_table_id(view.table)
+        self.base = names.table_id(database, table)
+        self.base_path = table_path(config.lake_root, database, table)
+        self.state_column = view.state_column
+        self.table = ViewTable(config, spark, name)
+        self.fingerprint = hashlib.sha256(
+            orjson.dumps(["lifecycle", self.base, self.state_column])
+        ).hexdigest()[:16]
+
+    # -- schema
+
+    def _key_fields(self) -> tuple[list[str], StructType]:
+        from pyspark.sql.types import StructType
+
+        snapshot = self.spark.read.format("hudi").load(self.base_path)
+        pk = self._pk()
+        types = {f.name: f for f in snapshot.schema.fields}
+        return pk, StructType([types[c] for c in pk])
+
+    def _pk(self) -> list[str]:
+        from tidelake.lake.store import hoodie_properties
+
+        return hoodie_properties(self.spark, self.base_path)["hoodie.table.recordkey.fields"].split(
+            ","
+        )
+
+    def _schema(self, key: StructType) -> StructType:
+        from pyspark.sql.types import (
+            BooleanType,
+            LongType,
+            StringType,
+            StructField,
+            StructType,
+            TimestampType,
+        )
+
+        return StructType(
+            [
+                StructField(KEY, StringType(), False),
+                *key.fields,
+                StructField(STATE, StringType(), True),
+                StructField("times_entered", LongType(), False),
+                StructField("ms_in_state", LongType(), False),
+                StructField("entered_at", TimestampType(), True),
+                StructField("left_at", TimestampType(), True),
+                StructField("is_current", BooleanType(), False),
+                StructField(ENTITY, StringType(), False),
+                StructField(POSITION, StringType(), True),
+                StructField(DELETED, BooleanType(), False),
+            ]
+        )
+
+    # -- the step
+
+    def apply(self, events: Sequence[ChangeEvent]) -> StepResult:
+        """Apply the round's events of the base table that the lake has committed."""
+        committed = read_checkpoint(self.spark, self.base_path)
+        if committed is None:
+            return StepResult(self.name, "waiting", reason=f"{self.base} has no commit yet")
+        through = committed.checkpoint.seq
+        held = self.table.checkpoint() if self.table.exists() else None
+        if held is not None and held.definition != self.fingerprint:
+            raise LifecycleError(
+                f"view {self.name}: the definition changed; past states are not in the lake, "
+                "so the view cannot be recomputed: drop its table to start a new history"
+            )
+        done = int(held.base.get(self.base, 0)) if held is not None else 0
+        mine = [e for e in events if e.table_id == self.base and e.op is not Op.DDL]
+        todo = sorted((e for e in mine if done < e.seq <= through), key=lambda e: e.seq)
+        if not todo and held is not None:
+            return StepResult(self.name, "current", checkpoint=held)
+        pk, key_schema = self._key_fields()
+        schema = self._schema(key_schema)
+        entities = {self._entity(e, pk) for e in todo}
+        stored = self._stored(entities) if held is not None else {}
+        rows = _Rows(stored)
+        for e in todo:
+            self._place(rows, e, pk)
+        if held is None:  # the first round: rows it did not touch enter their state now
+            self._seed(rows, pk, entities, committed.completion_time or committed.instant)
+        seq = max([done, *(e.seq for e in todo)])
+        checkpoint = ViewCheckpoint(self.fingerprint, {self.base: str(seq)}, now_ms(), "step")
+        changed = rows.changed()
+        df = self._typed(changed, schema, pk, key_schema)
+        self.table.write(df, checkpoint, rebuild=False)
+        if held is None:
+            self.table.register()
+        log.info("lifecycle step", view=self.name, events=len(todo), rows=len(changed), seq=seq)
+        return StepResult(
+            self.name,
+            "step" if held is not None else "rebuild",
+            reason="" if held is not None else "the view table is new",
+            records=len(todo),
+            groups=len(changed),
+            checkpoint=checkpoint,
+        )
+
+    def _entity(self, event: ChangeEvent, pk: Sequence[str]) -> str:
+        key = event.key or {}
+        missing = [c for c in pk if c not in key]
+        if missing:
+            raise LifecycleError(
+                f"view {self.name}: an event of {self.base} (seq {event.seq}) has no "
+                f"{', '.join(missing)} in its key"
+            )
+        return orjson.dumps([key[c] for c in pk]).decode()
+
+    def _stored(self, entities: set[str]) -> dict[str, dict[str, Any]]:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if not entities:
+            return {}
+        wanted = self.spark.createDataFrame([(e,) for e in sorted(entities)], [ENTITY])
+        picked = self.table.read().join(F.broadcast(wanted), ENTITY, "left_semi")
+        return {r[KEY]: r.asDict() for r in picked.collect()}
+
+    def _place(self, rows: _Rows, event: ChangeEvent, pk: Sequence[str]) -> None:
+        if event.commit_ts_ms is None:
+            raise LifecycleError(
+                f"view {self.name}: an event of {self.base} (seq {event.seq}) has no commit time"
+            )
+        entity = self._entity(event, pk)
+        position = event.position.encode()
+        last = rows.position(entity)
+        if last is not None and position <= last:
+            return  # applied already (a republished copy)
+        at = _moment(event.commit_ts_ms)
+        key_values = dict(zip(pk, orjson.loads(entity), strict=True))
+        if event.op is Op.DELETE:
+            rows.leave(entity, at, position)
+            return
+        after = event.after or {}
+        if self.state_column not in after or self.state_column in event.unchanged:
+            rows.touch(entity, position)
+            return
+        state = after[self.state_column]
+        state = None if state is None else str(state)
+        current = rows.current(entity)
+        if current is not None and current[STATE] == state:
+            rows.touch(entity, position)
+            return
+        rows.leave(entity, at, position)
+        rows.enter(entity, key_values, state, at, position)
+
+    def _seed(self, rows: _Rows, pk: Sequence[str], touched: set[str], completed: str) -> None:
+        from tidelake.view.keeper import instant_seconds
+
+        at = dt.datetime.fromtimestamp(instant_seconds(completed), tz=dt.UTC)
+        snapshot = self.spark.read.format("hudi").load(self.base_path)
+        for row in snapshot.select(*pk, self.state_column).collect():
+            values = [row[c] for c in pk]
+            entity = orjson.dumps([None if v is None else str(v) for v in values]).decode()
+            if entity in touched:
+                continue
+            state = row[self.state_column]
+            rows.enter(
+                entity,
+                dict(zip(pk, values, strict=True)),
+                None if state is None else str(state),
+                at,
+                None,
+            )
+
+    def _typed(
+        self,
+        changed: list[dict[str, Any]],
+        schema: StructType,
+        pk: Sequence[str],
+        key_schema: StructType,
+    ) -> Any:
+        """The changed rows as a DataFrame of the view's schema, key columns typed as the
+        base table types them (the events carry them as text)."""
+        from pyspark.sql import functions as F  # noqa: N812
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        text = StructType(
+            [StructField(f.name, StringType(), True) if f.name in pk else f for f in schema.fields]
+        )
+        rows = [
+            tuple(
+                (None if r.get(f.name) is None else str(r[f.name]))
+                if f.name in pk
+                else r.get(f.name)
+                for f in schema.fields
+            )
+            for r in changed
+        ]
+        df = self.spark.createDataFrame(rows, text)
+        types = {f.name: f.dataType for f in key_schema.fields}
+        return df.select(
+            *(
+                F.col(f.name).cast(types[f.name]).alias(f.name) if f.name in pk else F.col(f.name)
+                for f in schema.fields
+            )
+        )
+
+    # -- the check
+
+    def verify(self) -> VerifyResult:
+        """Each row's current state in the view equals its state in the base table, as of the
+        base commit the view has applied; no row has two current states or a negative stay."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        held = self.table.checkpoint() if self.table.exists() else None
+        base_now = read_checkpoint(self.spark, self.base_path)
+        if held is None or base_now is None:
+            raise LifecycleError(f"view {self.name} has not been built yet (tidelake view run)")
+        seq = int(held.base[self.base])
+        if base_now.checkpoint.seq != seq:
+            raise LifecycleError(
+                f"view {self.name} has applied seq {seq}, {self.base} is at "
+                f"{base_now.checkpoint.seq}: run it (tidelake view run) and verify again"
+            )
+        pk = self._pk()
+        view = self.table.read()
+        current = view.where(F.col("is_current")).select(*pk, F.col(STATE).alias(self.state_column))
+        base = self.spark.read.format("hudi").load(self.base_path)
+        expected = base.select(*pk, F.col(self.state_column).cast("string"))
+        bad = view.where(F.col("ms_in_state") < 0).count()
+        doubled = current.groupBy(*pk).count().where(F.col("count") > 1).count()
+        return VerifyResult(
+            self.name,
+            rows=current.count(),
+            expected=expected.count(),
+            extra=current.exceptAll(expected).count() + bad + doubled,
+            missing=expected.exceptAll(current).count(),
+            base={self.base: str(seq)},
+        )
+
+
+class _Rows:
+    """The view rows of the entities a round touches, as they change."""
+
+    def __init__(self, stored: Mapping[str, dict[str, Any]]) -> None:
+        self.rows = {k: dict(v) for k, v in stored.items()}
+        self.dirty: set[str] = set()
+        self._current: dict[str, str] = {
+            r[ENTITY]: k for k, r in self.rows.items() if r.get("is_current")
+        }
+        self._position: dict[str, str] = {}
+        for r in self.rows.values():
+            if r.get(POSITION) and r[POSITION] > self._position.get(r[ENTITY], ""):
+                self._position[r[ENTITY]] = r[POSITION]
+
+    def position(self, entity: str) -> str | None:
+        return self._position.get(entity)
+
+    def current(self, entity: str) -> dict[str, Any] | None:
+        key = self._current.get(entity)
+        return self.rows[key] if key else None
+
+    def touch(self, entity: str, position: str) -> None:
+        self._position[entity] = position
+        current = self.current(entity)
+        if current is not None:
+            current[POSITION] = position
+            self.dirty.add(current[KEY])
+
+    def leave(self, entity: str, at: dt.datetime, position: str) -> None:
+        current = self.current(entity)
+        self._position[entity] = position
+        if current is None:
+            return
+        entered = current["entered_at"]
+        if entered is not None:
+            if entered.tzinfo is None:  # read back from Spark: local time, as PySpark gives
+                entered = entered.astimezone(dt.UTC)
+            stay = int((at - entered).total_seconds() * 1000)
+            current["ms_in_state"] += max(0, stay)
+        current["left_at"] = at
+        current["is_current"] = False
+        current[POSITION] = position
+        self.dirty.add(current[KEY])
+        del self._current[entity]
+
+    def enter(
+        self,
+        entity: str,
+        key_values: Mapping[str, Any],
+        state: str | None,
+        at: dt.datetime,
+        position: str | None,
+    ) -> None:
+        key = orjson.dumps([entity, state]).decode()
+        row = self.rows.setdefault(
+            key,
+            {
+                KEY: key,
+                **key_values,
+                STATE: state,
+                "times_entered": 0,
+                "ms_in_state": 0,
+                ENTITY: entity,
+                DELETED: False,
+            },
+        )
+        row["times_entered"] += 1
+        row["entered_at"] = at
+        row["left_at"] = None
+        row["is_current"] = True
+        row[POSITION] = position
+        self._current[entity] = key
+        if position is not None:
+            self._position[entity] = position
+        self.dirty.add(key)
+
+    def changed(self) -> list[dict[str, Any]]:
+        return [self.rows[k] for k in sorted(self.dirty)]
