@@ -218,6 +218,15 @@ def demo(
             "TIDELAKE_SETUP_TESTS=1)",
         ),
     ] = False,
+    views: Annotated[
+        bool,
+        typer.Option(
+            "--views",
+            help="two materialized views over the orders (customer activity, order "
+            "lifecycle) kept by the ingest, which is killed -9 once mid-commit and once "
+            "mid-view-update; each view checked against its full recomputation",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -231,9 +240,13 @@ def demo(
     if sinks and (source is not None or kafka or bus == "kafka"):
         err_console.print("[bold red]--sinks runs with the workload on a NATS bus only[/]")
         raise typer.Exit(2)
+    if views and (source is not None or kafka or bus == "kafka"):
+        err_console.print("[bold red]--views runs with the workload on a NATS bus only[/]")
+        raise typer.Exit(2)
     out = err_console if json else console
     options = DemoOptions(
         sinks=sinks,
+        views=views,
         bus=bus,
         events=events,
         rate=rate,

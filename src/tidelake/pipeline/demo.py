@@ -16,6 +16,7 @@ import os
 import shlex
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.capture.publisher import Acked, Publisher
 from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
+from tidelake.pipeline.demo_views import DemoViews
+from tidelake.pipeline.demo_views import settings as view_settings
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, prepare_home
@@ -68,6 +71,9 @@ class DemoOptions:
     #: killed -9 once, a replay and a dead-letter re-process; every destination verified
     #: (pipeline/demo_sinks.py).
     sinks: bool = False
+    #: Two views over the orders kept by the ingest, which is killed -9 twice; each checked
+    #: against its recomputation (pipeline/demo_views.py).
+    views: bool = False
 
 
 @dataclass
@@ -95,6 +101,12 @@ class DemoResult:
     faults: list[str] = field(default_factory=list)
     #: ``--sinks``: the differences between the source and the routes' destinations.
     sink_mismatches: int | None = None
+    #: ``--views``: per view, its rows, the recomputation's, and the differences.
+    views: list[dict[str, Any]] | None = None
+
+    @property
+    def view_mismatches(self) -> int | None:
+        return None if self.views is None else sum(v["mismatches"] for v in self.views)
 
     def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
         """Freshness percentiles: each message's source commit → the commit covering it."""
@@ -128,10 +140,11 @@ class DemoResult:
             and self.tables > 0
             and not self.trino_mismatches
             and not self.sink_mismatches
+            and not self.view_mismatches
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"view_mismatches": self.view_mismatches}
 
 
 @dataclass
@@ -229,6 +242,7 @@ def wait_for_lake(
     stack: LocalStack,
     timeout_s: float,
     progress: Progress,
+    restarting: threading.Event | None = None,
 ) -> list[CommitRecord]:
     """Until every table's commits cover the last message published to it; the commits.
     A stage process that exits meanwhile raises with its log."""
@@ -255,7 +269,13 @@ def wait_for_lake(
             return commits
         # The lake's own processes; a route's is killed and started again by --sinks' faults
         # (and restarted by the routes' catch-up, as tidelake run does).
-        stack.check_children(skip=lambda name: name.startswith(("route-", "source-")))
+        # (and --views kills the ingest and starts it again: ``restarting`` while it does).
+        stack.check_children(
+            skip=lambda name: (
+                name.startswith(("route-", "source-"))
+                or (name == "ingest" and restarting is not None and restarting.is_set())
+            )
+        )
         if time.monotonic() > deadline:
             raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
         time.sleep(0.25)
@@ -355,10 +375,13 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     store: DemoObjectStore | None = None
     engines: QueryEngines | None = None
     sinks: DemoSinks | None = None
+    views = DemoViews() if opts.views else None
     try:
         store = start_object_store(opts.object_store, home)
         settings = store.file_settings() if store else {}
         env = store.env() if store else {}
+        if views is not None:
+            settings = merge_settings(settings, view_settings(opts.with_ddl))
         if opts.trino:
             with console.status("starting the Hive Metastore"):
                 engines = QueryEngines(home).start_metastore()
@@ -385,6 +408,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         wait_for_ingest(stack, console)
         if sinks is not None:
             sinks.kill_each_route_once(stack, opts.events)
+        if views is not None:
+            views.kill_ingest_twice(stack)
         spec = WorkloadSpec(events=opts.events, seed=opts.seed)
         workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
         columns = [
@@ -397,8 +422,20 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             published, rate = asyncio.run(_publish(cfg, stack.bus_url, workload, opts, progress))
             result.events = workload.emitted
             result.publish_events_per_s = round(rate, 1)
-            commits = wait_for_lake(published, stack, opts.catch_up_timeout_s, progress)
+            commits = wait_for_lake(
+                published,
+                stack,
+                opts.catch_up_timeout_s,
+                progress,
+                views.restarting if views is not None else None,
+            )
         result.measure_freshness(published, commits)
+        if views is not None:
+            with console.status("views: the faults, then the update after the last round"):
+                views.wait_faults()
+                caught_up = max((c.committed_at_ms or 0 for c in commits), default=0)
+                views.wait_views(stack.cfg, caught_up, opts.catch_up_timeout_s)
+            result.faults += views.faults
         if sinks is not None:
             with console.status("routes: catching up, a replay, a dead-letter re-process"):
                 last_seq = max(max(seqs) for seqs in published.seqs.values())
@@ -410,6 +447,9 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
         result.dlq = asyncio.run(stack.dlq_depth())
         comparisons = verify_workload(cfg, workload)
         result.record(comparisons)
+        if views is not None:
+            with console.status("views: checking each against its recomputation"):
+                result.views = views.verify(cfg, stack.bus_url)
         if sinks is not None:
             result.faults += sinks.faults
             through_sinks = sinks.verify(workload)
@@ -485,6 +525,14 @@ def render_summary(result: DemoResult, console: Console) -> None:
             f"[{style}]routes: {result.sink_mismatches} mismatches[/] ({', '.join(sinks)}) "
             f"after {', '.join(result.faults)}"
         )
+    for view in result.views or []:
+        style = "bold green" if view["mismatches"] == 0 else "bold red"
+        console.print(
+            f"[{style}]view {view['view']}: {view['mismatches']} mismatches[/] "
+            f"({view['rows']} rows; {view['check']})"
+        )
+        for sample in view.get("samples", []):
+            console.print(f"  [red]{view['view']}[/] {sample}")
     if result.trino_mismatches is not None:
         style = "bold green" if result.trino_mismatches == 0 else "bold red"
         console.print(f"[{style}]Trino: {result.trino_mismatches} mismatches[/] (every table)")

@@ -297,16 +297,27 @@ class ViewMaintainer:
             + [StructField(_NET, IntegerType(), False)]
         )
         signed = self.spark.createDataFrame(images, schema)
-        # Net the images: an unchanged projection cancels out.
-        netted = signed.groupBy(*columns).agg(F.sum(_NET).alias(_NET)).where(F.col(_NET) != 0)
-        if view.where:
-            netted = netted.where(F.expr(view.where))
-        delta = (
-            netted.groupBy(*view.groups)
-            .agg(*_delta_columns(view))
-            .select(_key(view.groups), "*")
-            .collect()
-        )
+        if view.where:  # per image: a row moving into or out of the condition counts
+            signed = signed.where(F.expr(view.where))
+        delta_df = _netted(signed, columns).groupBy(*view.groups).agg(*_delta_columns(view))
+        delta_df = delta_df.select(_key(view.groups), "*")
+        # A MIN/MAX nets on its own column: an update of another column (an order's total)
+        # leaves the group's latest date as it was, so the group is not read again for it.
+        for a in view.aggregates:
+            if a.func in ("min", "max") and a.column:
+                pick = F.min if a.func == "min" else F.max
+                net = F.col(_NET)
+                extremes = (
+                    _netted(signed, (*view.groups, a.column))
+                    .groupBy(*view.groups)
+                    .agg(
+                        pick(F.when(net > 0, F.col(a.column))).alias(f"add_{a.alias}"),
+                        pick(F.when(net < 0, F.col(a.column))).alias(f"gone_{a.alias}"),
+                    )
+                    .select(_key(view.groups), f"add_{a.alias}", f"gone_{a.alias}")
+                )
+                delta_df = delta_df.join(extremes, KEY, "left")
+        delta = delta_df.collect()
         if not delta:
             return [], 0
         stored = {
@@ -383,10 +394,14 @@ def _delta_columns(view: ViewDefinition) -> Iterator[Column]:
         yield F.sum(F.when(value.isNotNull(), net).otherwise(0)).alias(f"d_n_{a.alias}")
         if a.func == "sum":
             yield F.sum(value * net).alias(f"d_sum_{a.alias}")
-        elif a.func in ("min", "max"):
-            pick = F.min if a.func == "min" else F.max
-            yield pick(F.when(net > 0, value)).alias(f"add_{a.alias}")
-            yield pick(F.when(net < 0, value)).alias(f"gone_{a.alias}")
+
+
+def _netted(signed: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The signed images projected on ``columns`` and netted: equal images cancel out."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    netted = signed.groupBy(*dict.fromkeys(columns)).agg(F.sum(_NET).alias(_NET))
+    return netted.where(F.col(_NET) != 0)
 
 
 def _merge(
