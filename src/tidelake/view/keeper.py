@@ -29,6 +29,7 @@ from tidelake.runtime import live_metrics as live
 from tidelake.runtime.durable import write_atomic
 from tidelake.view.lifecycle import LifecycleView
 from tidelake.view.maintain import StepResult, VerifyResult, ViewMaintainer
+from tidelake.view.table import ViewTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +46,11 @@ def state_path(config: Config) -> Path:
 
 def request_path(config: Config, name: str) -> Path:
     return config.lake_state_dir / REQUESTS_DIR / f"rebuild-{name}"
+
+
+def broken_path(config: Config, name: str) -> Path:
+    """A lifecycle view that missed a round's events: it can no longer be complete."""
+    return config.lake_state_dir / REQUESTS_DIR / f"broken-{name}"
 
 
 def request_rebuild(config: Config, name: str) -> Path:
@@ -107,21 +113,35 @@ class ViewKeeper:
         """One update of view ``name``; a lifecycle view takes ``events`` (the round's)."""
         if self.config.views[name].kind == "aggregate":
             return self.maintainer.step(name)
-        if self.config.views[name].paused:
-            return StepResult(name, "paused")
         started = time.monotonic()
         table = self.config.views[name].table or ""
+        mine = [e for batch in (events or {}).values() for e in batch if e.table_id == table]
+        broken = broken_path(self.config, name)
+        if broken.exists():
+            return StepResult(name, "failed", reason=broken.read_text())
+        if self.config.views[name].paused:
+            if mine:  # the round's events pass it by: its history has a hole from here
+                self._break(name, "paused while its table changed: the history is incomplete")
+            return StepResult(name, "paused")
         try:
-            result = LifecycleView(self.config, self.maintainer.spark, name).apply(
-                [e for batch in (events or {}).values() for e in batch if e.table_id == table]
-                if events
-                else []
-            )
+            result = LifecycleView(self.config, self.maintainer.spark, name).apply(mine)
         except Exception as exc:  # the view's own failure: reported, the lake goes on
             log.warning("lifecycle view step failed", view=name, error=str(exc)[:500])
+            self._break(name, f"a round's events were not applied ({str(exc)[:500]})")
             result = StepResult(name, "failed", reason=str(exc)[:2000])
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
+
+    def _break(self, name: str, reason: str) -> None:
+        """A lifecycle view missed events that will not come again (the ingest moves on):
+        it stays failed with the reason until its table is removed (docs/views.md §7)."""
+        path = broken_path(self.config, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(
+            path,
+            f"{reason}; remove {ViewTable(self.config, self.maintainer.spark, name).path} "
+            "and this file to start a new history".encode(),
+        )
 
     def rebuild(self, name: str) -> StepResult:
         """Recompute view ``name`` and swap it in (an aggregate view only: a lifecycle view's

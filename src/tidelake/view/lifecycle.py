@@ -136,7 +136,7 @@ class LifecycleView:
         done = int(held.base.get(self.base, 0)) if held is not None else 0
         mine = [e for e in events if e.table_id == self.base and e.op is not Op.DDL]
         todo = sorted((e for e in mine if done < e.seq <= through), key=lambda e: e.seq)
-        if not todo and held is not None:
+        if not todo and held is not None and done >= through:
             return StepResult(self.name, "current", checkpoint=held)
         pk, key_schema = self._key_fields()
         schema = self._schema(key_schema)
@@ -147,7 +147,9 @@ class LifecycleView:
             self._place(rows, e, pk)
         if held is None:  # the first round: rows it did not touch enter their state now
             self._seed(rows, pk, entities, committed.completion_time or committed.instant)
-        seq = max([done, *(e.seq for e in todo)])
+        # Every event of the table up to the base's checkpoint is applied now (this round's
+        # here, earlier rounds' before; a failed round marks the view broken: keeper.py).
+        seq = max(done, through)
         checkpoint = ViewCheckpoint(self.fingerprint, {self.base: str(seq)}, now_ms(), "step")
         changed = rows.changed()
         df = self._typed(changed, schema, pk, key_schema)
