@@ -20,9 +20,13 @@ from rich.markup import escape
 from tidelake.cli.output import Column, print_json, print_table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
     from tidelake.config import Config
+    from tidelake.view.keeper import ViewKeeper
+    from tidelake.view.maintain import StepResult
 
 console = Console()
 err_console = Console(stderr=True)
@@ -59,6 +63,25 @@ def _spark(cfg: Config) -> SparkSession:
     from tidelake.lake.spark import build_spark_session
 
     return build_spark_session(cfg, app_name="tidelake-view")
+
+
+def _holding_the_lake(
+    cfg: Config, work: Callable[[ViewKeeper], list[StepResult]]
+) -> list[StepResult]:
+    """``work`` with the lake's writer lock held (raises ``LakeLockedError`` when an ingest
+    holds it), recorded in ``views.json`` as the ingest records its runs."""
+    from tidelake.lake.lock import lock_path, writer_lock
+    from tidelake.view.keeper import ViewKeeper
+
+    with writer_lock(lock_path(cfg)):
+        spark = _spark(cfg)
+        try:
+            keeper = ViewKeeper(cfg, spark)
+            results = work(keeper)
+            keeper.record(results)
+            return results
+        finally:
+            spark.stop()
 
 
 @view_app.command("list")
@@ -171,19 +194,11 @@ def run(
 ) -> None:
     """One step of each view now (the ingest does this after every round by itself).
     Exit 1 when a view failed."""
-    from tidelake.lake.lock import LakeLockedError, lock_path, writer_lock
-    from tidelake.view.keeper import ViewKeeper
+    from tidelake.lake.lock import LakeLockedError
 
     cfg, wanted = _config(config, names)
     try:
-        with writer_lock(lock_path(cfg)):
-            spark = _spark(cfg)
-            try:
-                keeper = ViewKeeper(cfg, spark)
-                results = [keeper.step(n) for n in wanted]
-                keeper.record(results)
-            finally:
-                spark.stop()
+        results = _holding_the_lake(cfg, lambda keeper: [keeper.step(n) for n in wanted])
     except LakeLockedError as exc:
         err_console.print(
             f"[bold yellow]{escape(str(exc))}[/]\nthe running ingest updates the views after "
@@ -207,19 +222,12 @@ def rebuild(
 ) -> None:
     """Recompute views from their base tables and swap each in atomically (one Hudi
     insert_overwrite_table commit: readers see the old view or the new one)."""
-    from tidelake.lake.lock import LakeLockedError, lock_path, writer_lock
-    from tidelake.view.keeper import ViewKeeper, read_state, request_path, request_rebuild
+    from tidelake.lake.lock import LakeLockedError
+    from tidelake.view.keeper import read_state, request_path, request_rebuild
 
     cfg, wanted = _config(config, names)
     try:
-        with writer_lock(lock_path(cfg)):
-            spark = _spark(cfg)
-            try:
-                keeper = ViewKeeper(cfg, spark)
-                results = [keeper.rebuild(n) for n in wanted]
-                keeper.record(results)
-            finally:
-                spark.stop()
+        results = _holding_the_lake(cfg, lambda keeper: [keeper.rebuild(n) for n in wanted])
         _report([r.as_dict() for r in results], json_out)
         if any(r.outcome == "failed" for r in results):
             raise typer.Exit(1)

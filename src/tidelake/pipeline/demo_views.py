@@ -137,7 +137,11 @@ class DemoViews:
                         "rows": result.rows,
                         "expected": result.expected,
                         "mismatches": result.extra + result.missing,
-                        "check": "a full recomputation from the lake",
+                        "check": (
+                            "its current states against the lake"
+                            if cfg.views[name].kind == "lifecycle"
+                            else "a full recomputation from the lake"
+                        ),
                     }
                 )
             expected = asyncio.run(replayed_lifecycle(cfg, bus_url))

@@ -248,7 +248,8 @@ def follow_renames(view: ViewDefinition, renamed: Mapping[str, str]) -> ViewDefi
             item.replace(exp.alias_(item.copy(), item.name))
     for column in tree.find_all(exp.Column):
         if column.name in renamed:
-            column.set("this", exp.to_identifier(renamed[column.name]))
+            # A name from the source's DDL: always a quoted identifier in the SQL.
+            column.set("this", exp.to_identifier(renamed[column.name], quoted=True))
     followed = parse_view(view.name, tree.sql(dialect=DIALECT))
     return ViewDefinition(
         view.name, followed.sql, view.table, followed.groups, followed.outputs, followed.where

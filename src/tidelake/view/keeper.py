@@ -14,7 +14,6 @@ view status`` reads without Spark.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ from tidelake.runtime import live_metrics as live
 from tidelake.runtime.durable import write_atomic
 from tidelake.view.lifecycle import LifecycleView
 from tidelake.view.maintain import StepResult, VerifyResult, ViewMaintainer
-from tidelake.view.table import ViewTable
+from tidelake.view.table import ViewTable, instant_seconds
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,12 +67,6 @@ def read_state(config: Config) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     return data
-
-
-def instant_seconds(instant: str) -> float:
-    """A Hudi instant time (``yyyyMMddHHmmssSSS``, UTC timeline) in seconds since the epoch."""
-    moment = dt.datetime.strptime(instant[:17].ljust(17, "0"), "%Y%m%d%H%M%S%f")
-    return moment.replace(tzinfo=dt.UTC).timestamp()
 
 
 class ViewKeeper:
@@ -183,7 +176,14 @@ class ViewKeeper:
                 entry["lag_s"] = 0.0
             elif result.outcome == "failed" and entry.get("base"):
                 # Behind since the first base commit after the one it includes.
-                included = min(instant_seconds(t) for t in entry["base"].values())
+                # An aggregate view includes base commits (instant times); a lifecycle view
+                # stream sequences: for it, its last update stands in.
+                instants = [t for t in entry["base"].values() if len(t) >= 14]
+                included = (
+                    min(instant_seconds(t) for t in instants)
+                    if instants
+                    else entry.get("updated_at_ms", now * 1000) / 1000
+                )
                 entry["lag_s"] = round(max(0.0, now - included), 3)
             state[result.view] = entry
             live.VIEW_STEPS.labels(result.view, result.outcome).inc()

@@ -36,7 +36,7 @@ from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.store import read_checkpoint
 from tidelake.view.definition import KEY
 from tidelake.view.maintain import DELETED, StepResult, VerifyResult
-from tidelake.view.table import ViewCheckpoint, ViewTable, now_ms
+from tidelake.view.table import ViewCheckpoint, ViewTable, instant_seconds, now_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,8 +53,11 @@ class LifecycleError(ValueError):
     """The events cannot be placed in a lifecycle (the reason says why)."""
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _moment(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return _EPOCH + dt.timedelta(milliseconds=ms)  # integers: no float rounding
 
 
 class LifecycleView:
@@ -214,8 +217,6 @@ class LifecycleView:
         rows.enter(entity, key_values, state, at, position)
 
     def _seed(self, rows: _Rows, pk: Sequence[str], touched: set[str], completed: str) -> None:
-        from tidelake.view.keeper import instant_seconds
-
         at = dt.datetime.fromtimestamp(instant_seconds(completed), tz=dt.UTC)
         snapshot = self.spark.read.format("hudi").load(self.base_path)
         for row in snapshot.select(*pk, self.state_column).collect():
@@ -336,7 +337,7 @@ class _Rows:
         if entered is not None:
             if entered.tzinfo is None:  # read back from Spark: local time, as PySpark gives
                 entered = entered.astimezone(dt.UTC)
-            stay = int((at - entered).total_seconds() * 1000)
+            stay = (at - entered) // dt.timedelta(milliseconds=1)  # integers: exact
             current["ms_in_state"] += max(0, stay)
         current["left_at"] = at
         current["is_current"] = False

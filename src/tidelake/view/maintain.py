@@ -144,9 +144,17 @@ class ViewMaintainer:
         table = ViewTable(self.config, self.spark, name)
         base = self.base_path(defined)
         instants = completed_instants(self.spark, base)
+        exists = table.exists()
+        if not instants and exists:
+            return StepResult(
+                name,
+                "failed",
+                reason=f"{defined.table} no longer exists (dropped or renamed): the view holds "
+                "its rows as of its last update",
+            )
         if not instants:
             return StepResult(name, "waiting", reason=f"{defined.table} has no commit yet")
-        checkpoint = table.checkpoint() if table.exists() else None
+        checkpoint = table.checkpoint() if exists else None
         if checkpoint is None:
             return self._rebuild(defined, table, "the view table is new", {})
         if checkpoint.definition != defined.fingerprint:
@@ -267,8 +275,14 @@ class ViewMaintainer:
         """The full state rows of the view over ``snapshot`` (with ``_tl_key``)."""
 
         snapshot.createOrReplaceTempView(_BASE)
-        state = self.spark.sql(state_sql(view, _BASE))
+        state = self._run_definition(state_sql(view, _BASE))
         return state.select(_key(view.group_outputs), *state.columns)
+
+    def _run_definition(self, sql: str) -> DataFrame:
+        """The operator's view SQL (``views.<name>.sql``) as Spark SQL, as ``tidelake query``
+        runs theirs; base-table columns renamed by the source's DDL enter it as quoted
+        identifiers only (``definition.follow_renames``)."""
+        return self.spark.sql(sql)
 
     def _table_schema(self, view: ViewDefinition, snapshot: DataFrame) -> Any:
         from pyspark.sql.types import BooleanType, StructField, StructType

@@ -11,6 +11,7 @@ never counts a change twice.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import threading
@@ -173,6 +174,12 @@ def _crash_hook(path: str) -> None:
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
         threading.Thread(target=kill_when_in_flight, daemon=True).start()
+
+
+def instant_seconds(instant: str) -> float:
+    """A Hudi instant time (``yyyyMMddHHmmssSSS``, UTC timeline) in seconds since the epoch."""
+    moment = dt.datetime.strptime(instant[:17].ljust(17, "0"), "%Y%m%d%H%M%S%f")
+    return moment.replace(tzinfo=dt.UTC).timestamp()
 
 
 def now_ms() -> int:

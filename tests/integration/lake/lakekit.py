@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,3 +205,19 @@ class Lake:
     def commits(self) -> list[dict[str, Any]]:
         """Every line of ``commits.jsonl`` (through the ledger), each with all its keys."""
         return [c.model_dump() for c in Ledger(self.config.lake_state_dir).commits()]
+
+
+def ingest_in_subprocess(lake: Lake, log: Path, **env: str) -> int:
+    """``tidelake ingest --once`` in a process group of its own (a crash hook in ``env``
+    kills the group, not the test); its exit status."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
+        env={**os.environ, **lake.env, **env},
+        cwd=Path(__file__).resolve().parents[3],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        timeout=300,
+        check=False,
+    )
+    return proc.returncode

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from lakekit import Lake, ddl_event, event
+from lakekit import Lake, ddl_event, event, ingest_in_subprocess
 
 from tidelake.api.records import LakeRecord
 from tidelake.errors import IngestError
@@ -221,18 +221,8 @@ def test_kill_9_right_after_a_ddl_commit_then_restart_applies_it_once(
     lake.stage([event("update", 1, 21, 4, values={"state": "paid"}, types=renamed)])
 
     log = tmp_path / "ingest.log"
-    env = {**os.environ, **lake.env, "TEST_TIDELAKE_INGEST_CRASH_AT": "after_ddl_commit"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
-        env=env,
-        cwd=REPO,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        timeout=300,
-        check=False,
-    )
-    assert -signal.SIGKILL == proc.returncode, log.read_text()[-3000:]
+    returncode = ingest_in_subprocess(lake, log, TEST_TIDELAKE_INGEST_CRASH_AT="after_ddl_commit")
+    assert -signal.SIGKILL == returncode, log.read_text()[-3000:]
     checkpoint = lake.checkpoint()
     assert checkpoint is not None
     assert (3, 1) == (checkpoint.seq, checkpoint.schema_version)  # the DDL is committed

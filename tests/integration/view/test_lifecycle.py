@@ -6,15 +6,12 @@ times; a SIGKILL before its commit is applied once when the round is read again
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lakekit import Lake, event
+from lakekit import Lake, event, ingest_in_subprocess
 
 from tidelake.view.keeper import ViewKeeper, read_state
 from tidelake.view.table import CRASH_HOOK_ENV, ViewTable
@@ -98,17 +95,8 @@ def test_killed_before_the_view_commit_applies_once(
     _ingest(lake)
     lake.stage([_change("update", 1, 2, "paid", 3), _change("update", 1, 3, "packed", 7)])
     log = tmp_path / "ingest.log"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
-        env={**os.environ, **lake.env, CRASH_HOOK_ENV: "before_commit"},
-        cwd=REPO,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        timeout=300,
-        check=False,
-    )
-    assert -signal.SIGKILL == proc.returncode, log.read_text()[-3000:]
+    returncode = ingest_in_subprocess(lake, log, **{CRASH_HOOK_ENV: "before_commit"})
+    assert -signal.SIGKILL == returncode, log.read_text()[-3000:]
     assert _rows(lake) == {(1, "new"): (1, 0, True)}  # the view did not commit
     keeper = _ingest(lake)  # the round is read again: the cursor had not moved
     assert _rows(lake) == {

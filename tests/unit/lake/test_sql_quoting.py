@@ -27,6 +27,10 @@ QUOTERS = {"quote_identifier", "_sql_string"}
 #: Statements taken as they are, and why that is right.
 TRUSTED = {
     ("lake/query.py", "run_spark", "sql"): "the operator's own query (`tidelake query`)",
+    ("view/maintain.py", "_run_definition", "sql"): (
+        "the operator's own view definition (views.<name>.sql); renamed columns enter it as "
+        "quoted identifiers (view/definition.py follow_renames)"
+    ),
 }
 
 
