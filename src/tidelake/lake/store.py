@@ -23,7 +23,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -248,10 +248,15 @@ class CompletedInstant:
     metadata: Mapping[str, str]
 
 
-def completed_instants(spark: SparkSession, path: str) -> list[CompletedInstant]:
+def completed_instants(
+    spark: SparkSession, path: str, *, metadata_of: Collection[str] | None = None
+) -> list[CompletedInstant]:
     """The completed writes on the active timeline of the table at ``path``, oldest first by
     completion time ([] for a table not written yet). Readers of changes (``view/``) order and
-    bound their ranges by completion time, as Hudi 1.x incremental queries do."""
+    bound their ranges by completion time, as Hudi 1.x incremental queries do.
+
+    ``metadata_of``: the actions whose commit metadata is read (one file read each; None:
+    every instant's); the others come with empty metadata."""
     if not table_exists(spark, path):
         return []
     client = _meta_client(spark, path)
@@ -260,16 +265,36 @@ def completed_instants(spark: SparkSession, path: str) -> list[CompletedInstant]
     instants = timeline.getInstants().iterator()
     while instants.hasNext():
         instant = instants.next()
-        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+        action = str(instant.getAction())
+        metadata: dict[str, str] = {}
+        if metadata_of is None or action in metadata_of:
+            extra = timeline.readCommitMetadata(instant).getExtraMetadata()
+            metadata = {str(k): str(extra.get(k)) for k in extra.keySet()}
         out.append(
             CompletedInstant(
-                str(instant.getAction()),
+                action,
                 str(instant.requestedTime()),
                 str(instant.getCompletionTime() or instant.requestedTime()),
-                {str(k): str(extra.get(k)) for k in extra.keySet()},
+                metadata,
             )
         )
     return sorted(out, key=lambda i: i.completed)
+
+
+def latest_commit_value(spark: SparkSession, path: str, key: str) -> str | None:
+    """``key`` of the extra metadata of the latest completed commit that holds it (None for a
+    table not written yet, or none holding it): reads back from the newest commit only as far
+    as needed."""
+    if not table_exists(spark, path):
+        return None
+    client = _meta_client(spark, path)
+    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    instants = timeline.getReverseOrderedInstants().iterator()
+    while instants.hasNext():
+        text = timeline.readCommitMetadata(instants.next()).getExtraMetadata().get(key)
+        if text is not None:
+            return str(text)
+    return None
 
 
 def hoodie_properties(spark: SparkSession | None, path: str) -> Mapping[str, str]:

@@ -59,6 +59,8 @@ log = structlog.get_logger("tidelake.view")
 DELETED = "_hoodie_is_deleted"
 _BASE = "tl_view_base"
 _NET = "_tl_net"
+#: The base-table commits whose metadata a view reads: rewrites record column renames.
+REWRITES = ("replacecommit",)
 #: Digits Python's decimal arithmetic keeps in a merge: more than a Spark DECIMAL holds (38).
 _DECIMAL_DIGITS = 80
 
@@ -143,7 +145,7 @@ class ViewMaintainer:
         defined = self.definition(name)
         table = ViewTable(self.config, self.spark, name)
         base = self.base_path(defined)
-        instants = completed_instants(self.spark, base)
+        instants = completed_instants(self.spark, base, metadata_of=REWRITES)
         exists = table.exists()
         if not instants and exists:
             return StepResult(
@@ -224,13 +226,13 @@ class ViewMaintainer:
         started = time.monotonic()
         view = self.definition(name)
         table = ViewTable(self.config, self.spark, name)
-        if not completed_instants(self.spark, self.base_path(view)):
+        if not completed_instants(self.spark, self.base_path(view), metadata_of=()):
             return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
         held = table.checkpoint() if table.exists() else None
         renamed: dict[str, str] = {}
         if held is not None and held.definition == view.fingerprint:
             after = held.base.get(view.table)
-            instants = completed_instants(self.spark, self.base_path(view))
+            instants = completed_instants(self.spark, self.base_path(view), metadata_of=REWRITES)
             renamed = compose_renames(held.renamed, renames_after(instants, after))
         result = self._rebuild(view, table, reason, renamed)
         result.duration_ms = int((time.monotonic() - started) * 1000)
@@ -243,7 +245,7 @@ class ViewMaintainer:
 
         view = follow_renames(defined, renamed)
         base = self.base_path(view)
-        through = completed_instants(self.spark, base)[-1].completed
+        through = completed_instants(self.spark, base, metadata_of=())[-1].completed
         snapshot = self._snapshot(base, through)
         state = self._state(view, snapshot).withColumn(DELETED, F.lit(False))
         rows = state.collect()
@@ -453,8 +455,12 @@ def _merge(
             if (
                 gone is not None
                 and current is not None
-                and (gone <= current if a.func == "min" else gone >= current)
+                and _reaches(a.func, gone, current)
+                and not (added is not None and _reaches(a.func, added, current))
             ):
+                # The extreme itself was taken away and nothing as extreme added: only the
+                # base table knows the group's next one. (An added value reaching it is the
+                # new extreme: every other value is behind the old one.)
                 return None
             candidates = [v for v in (current, added) if v is not None]
             if count == 0:
@@ -464,6 +470,11 @@ def _merge(
             else:
                 new[a.alias] = min(candidates) if a.func == "min" else max(candidates)
     return new
+
+
+def _reaches(func: str, value: Any, extreme: Any) -> bool:
+    """``value`` is as extreme as ``extreme`` for a MIN (``func`` "min") or a MAX."""
+    return bool(value <= extreme) if func == "min" else bool(value >= extreme)
 
 
 def _deleted(

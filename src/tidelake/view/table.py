@@ -26,7 +26,7 @@ import orjson
 from tidelake.config import Config
 from tidelake.lake.catalog import register_table
 from tidelake.lake.hudi import COMMIT_META_PREFIX, TIDELAKE_DIR
-from tidelake.lake.store import completed_instants, table_exists
+from tidelake.lake.store import latest_commit_value, table_exists
 from tidelake.view.definition import KEY
 
 if TYPE_CHECKING:
@@ -96,11 +96,8 @@ class ViewTable:
 
     def checkpoint(self) -> ViewCheckpoint | None:
         """The checkpoint of the latest completed commit; None before the first."""
-        for instant in reversed(completed_instants(self.spark, self.path)):
-            text = instant.metadata.get(CHECKPOINT_KEY)
-            if text:
-                return ViewCheckpoint.from_json(text)
-        return None
+        text = latest_commit_value(self.spark, self.path, CHECKPOINT_KEY)
+        return ViewCheckpoint.from_json(text) if text else None
 
     def read(self) -> DataFrame:
         return self.spark.read.format("hudi").load(self.path)
