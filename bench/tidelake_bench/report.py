@@ -273,9 +273,55 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
     for t in result.targets().values():
         if t["met"] is not None:
             lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
+    if "views" in result.details:
+        lines += ["", *views_markdown(result.details["views"])]
     if result.errors:
         lines += ["", "Not measured:", ""] + [f"- {e}" for e in result.errors]
     return "\n".join(lines) + "\n"
+
+
+#: Step phases shown in the views table, in order (``views.py`` step_phases); the others
+#: are summed into "other".
+VIEW_PHASES = ("change_log", "recompute", "merge", "view_write", "timeline")
+
+
+def views_markdown(details: dict[str, Any]) -> list[str]:
+    """The views part's tables: per base-table size and K, the step (medians) beside the
+    rebuild, the growth large / small; then the step's seconds by phase."""
+    sizes = details.get("sizes") or []
+    if not sizes:
+        return []
+    first = sizes[0]
+    lines = [
+        f"Views: `{details.get('sql')}`; {details.get('plan', {}).get('customers', 0):,} "
+        f"customers; median of {details.get('plan', {}).get('rounds')} steps per K.",
+        "",
+        "| base rows | K changed keys | step s (median) | records read | groups written "
+        "| groups recomputed | rebuild s | step / same K at "
+        f"{first['rows']:,} rows |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    small = {k: v["step_s"] for k, v in first.get("by_keys", {}).items()}
+    for size in sizes:
+        for keys, m in size.get("by_keys", {}).items():
+            growth = ratio(m["step_s"], small.get(keys))
+            lines.append(
+                f"| {size['rows']:,} | {int(keys):,} | {_fmt(m['step_s'])} | {m['records']:,} "
+                f"| {m['groups']:,} | {m['recomputed']:,} | {_fmt(size.get('rebuild_s'))} "
+                f"| {_fmt(growth)} |"
+            )
+    lines += [
+        "",
+        "| base rows | K | " + " | ".join(VIEW_PHASES) + " | other | (s, medians) |",
+        "|---|---|" + "---|" * (len(VIEW_PHASES) + 2),
+    ]
+    for size in sizes:
+        for keys, m in size.get("by_keys", {}).items():
+            phases = m.get("phases_s", {})
+            other = sum(v for p, v in phases.items() if p not in VIEW_PHASES)
+            cells = [_fmt(phases.get(p)) for p in VIEW_PHASES] + [_fmt(round(other, 3)), ""]
+            lines.append(f"| {size['rows']:,} | {int(keys):,} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _sizes(n: dict[str, Any]) -> list[str]:
@@ -291,6 +337,11 @@ def _sizes(n: dict[str, Any]) -> list[str]:
         )
     if n.get("rows_small"):
         parts.append(f"commit time at {n['rows_small']:,} vs {n.get('rows_large') or 0:,} rows")
+    if n.get("views_rows_small"):
+        parts.append(
+            f"view step at {n['views_rows_small']:,} vs {n.get('views_rows_large') or 0:,} "
+            "base rows"
+        )
     if n.get("freshness_rate"):
         parts.append(
             f"freshness at {n['freshness_rate']:,.0f} events/s for "

@@ -27,8 +27,9 @@ from tidelake_bench.ingest import (
 )
 from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
+from tidelake_bench.views import ViewsPlan
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot")
+PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views")
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -49,6 +50,8 @@ class Sizes:
     #: one it snapshots the initial way (one connection) for comparison.
     snapshot_rows: int = 10_000_000
     snapshot_initial_rows: int = 1_000_000
+    #: The view's base table at two sizes, and the changed keys per step (``views.py``).
+    views: ViewsPlan = field(default_factory=ViewsPlan)
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
@@ -69,6 +72,7 @@ QUICK = Sizes(
     capture_lag_seconds=20,
     snapshot_rows=200_000,
     snapshot_initial_rows=50_000,
+    views=ViewsPlan(table_rows=(20_000, 200_000)),
 )
 
 
@@ -124,6 +128,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
         "capture": lambda: _capture(home, sizes, n, result, log),
         "snapshot": lambda: _snapshot(home, sizes, n, result, log),
+        "views": lambda: _views(home, sizes, n, result, log),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -246,6 +251,26 @@ def _snapshot(
         }
         if run.error:
             result.errors.append(f"snapshot {k} ({run.mode}): {run.error}")
+
+
+def _views(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """A view's incremental step at two base-table sizes and K changed keys, beside a full
+    rebuild; the view verified against its recomputation at each size (``views.py``)."""
+    from tidelake_bench.views import headline, run_views_bench
+
+    views = run_views_bench(home / "views", sizes.views, log)
+    result.details["views"] = views.to_json()
+    n |= headline(sizes.views, views.runs)
+    growth = ", ".join(
+        f"K={k:,} {_fmt_ratio(n.get(f'view_step_growth[k={k}]'))}" for k in sizes.views.keys
+    )
+    log(f"view step large / small ({_fmt_ratio(n.get('views_size_ratio'))} rows): {growth}")
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
 
 
 def _ingest(
