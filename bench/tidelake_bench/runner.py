@@ -30,6 +30,10 @@ from tidelake_bench.stage import run_stage_bench
 from tidelake_bench.views import ViewsPlan
 
 PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views")
+#: The parts that use what ``bench/setup`` puts in place (the NATS CLI; HoodieStreamer's and
+#: Hudi 0.14's jars and PySpark): a run of other parts skips it (a first set-up builds and
+#: downloads for minutes, and would load the machine the other parts measure).
+SETUP_PARTS = frozenset({"stage", "ingest"})
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -94,6 +98,11 @@ class BenchOptions:
         return self.sizes or (QUICK if self.quick else FULL)
 
 
+def needs_setup(parts: tuple[str, ...]) -> bool:
+    """Whether any of ``parts`` uses the tools ``bench/setup`` provides."""
+    return bool(SETUP_PARTS & set(parts))
+
+
 def _prepare_home(home: Path) -> None:
     if home.exists():
         if not (home / MARKER).exists():
@@ -114,7 +123,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
     def log(message: str) -> None:
         console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {escape(message)}")
 
-    if opts.setup and tools.run_setup():
+    if opts.setup and needs_setup(opts.parts) and tools.run_setup():
         log("bench set-up done (bench/setup)")
     nats = tools.nats_cli()
     result.machine = machine.machine()

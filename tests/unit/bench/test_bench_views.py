@@ -41,14 +41,13 @@ def test_base_rows_are_a_function_of_the_id_and_spread_over_customers() -> None:
         by_customer.setdefault(r["customer_id"], []).append(r["order_date"])
     tied = sum(dates.count(max(dates)) > 1 for dates in by_customer.values())
     assert tied <= 10  # a few of 100 customers at most
-    assert isinstance(rows[0]["amount"], Decimal) and rows[0]["amount"].as_tuple().exponent == -2
+    assert isinstance(rows[0]["amount"], Decimal)
+    assert rows[0]["amount"].as_tuple().exponent == -2
 
 
 def test_canal_values_are_text() -> None:
     row = {"id": 7, "amount": Decimal("3.5"), "order_date": dt.date(2024, 2, 29), "x": None}
-    assert {"id": "7", "amount": "3.50", "order_date": "2024-02-29", "x": None} == canal_values(
-        row
-    )
+    assert {"id": "7", "amount": "3.50", "order_date": "2024-02-29", "x": None} == canal_values(row)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +84,7 @@ def test_changes_touch_distinct_live_keys_and_keep_the_live_set() -> None:
 
 def test_an_update_keeps_the_row_but_its_amount() -> None:
     orders = Orders(rows=10, customers=3, seed=1)
-    op, row = next(c for c in orders.changes(1, 0.0, 0.0) if c[0] is Op.UPDATE)
+    _op, row = next(c for c in orders.changes(1, 0.0, 0.0) if c[0] is Op.UPDATE)
     base = base_row(row["id"], 3)
     assert {k: v for k, v in row.items() if k != "amount"} == {
         k: v for k, v in base.items() if k != "amount"
@@ -187,3 +186,14 @@ def test_markdown_shows_each_size_and_k_with_its_growth() -> None:
     assert "view step at 1,000 vs 10,000 base rows" in text
     assert "| 10,000 | 10 | 3 |" in text
     assert [] == views_markdown({"sizes": []})
+
+
+def test_set_up_runs_only_for_the_parts_that_use_it() -> None:
+    """The views part needs neither the NATS CLI nor the Hudi 0.14 contenders."""
+    from tidelake_bench.runner import PARTS, needs_setup
+
+    assert "views" in PARTS
+    assert not needs_setup(("views",))
+    assert not needs_setup(("freshness", "views"))
+    assert needs_setup(("stage",))
+    assert needs_setup(PARTS)
