@@ -310,6 +310,8 @@ def views_markdown(details: dict[str, Any]) -> list[str]:
                 f"| {m['groups']:,} | {m['recomputed']:,} | {_fmt(size.get('rebuild_s'))} "
                 f"| {_fmt(growth)} |"
             )
+    if not any(m.get("phases_s") for size in sizes for m in size.get("by_keys", {}).values()):
+        return lines
     lines += [
         "",
         "| base rows | K | " + " | ".join(VIEW_PHASES) + " | other | (s, medians) |",

@@ -16,10 +16,11 @@ a few deletes), then time :meth:`ViewMaintainer.step` alone. One untimed round f
 the step's code paths up. Each size also times a full ``rebuild`` and ends with ``verify``:
 a view that differs from its recomputation fails the part.
 
-While a step runs, the maintainer's pieces are timed (:class:`PhaseClock`, exclusive
-seconds): the base snapshot's relation, the view-table schema, the change-log read, the
-recomputation of groups whose MAX went away, the view-table write, timeline reads, and the
-rest of the merge — to show which of them grows with the table.
+The bench uses tidelake's public interface only (``step``, ``rebuild``, ``verify`` and their
+results). ``tools/view_step_phases.py`` runs the same workload with a :class:`StepProbe` that
+also times the maintainer's pieces (exclusive seconds: the change-log read, the recomputation
+of groups whose MAX went away, the merge, the view-table write, ...) to show which of them
+grows with the table.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -244,28 +245,41 @@ def patched(targets: list[tuple[Any, str, str]], clock: PhaseClock) -> Iterator[
             setattr(owner, name, original)
 
 
-def step_phases() -> list[tuple[Any, str, str]]:
-    """The maintainer's pieces a step goes through (view/maintain.py, view/table.py)."""
-    from tidelake.view import maintain
-    from tidelake.view.maintain import ViewMaintainer
-    from tidelake.view.table import ViewTable
+class StepProbe:
+    """What a diagnosis measures around each timed step and the rebuild, besides the public
+    results: seconds per phase (a :class:`PhaseClock` over patched pieces) and the
+    recomputed groups whose extreme the change kept (a :class:`KeptCounter`). The bench
+    itself runs without one (it uses tidelake's public interface only);
+    ``tools/view_step_phases.py`` passes one that times the maintainer's pieces."""
 
-    return [
-        (ViewMaintainer, "step", "rest"),
-        (ViewMaintainer, "rebuild", "rest"),
-        (maintain, "completed_instants", "timeline"),
-        (maintain, "hoodie_properties", "timeline"),
-        (ViewTable, "checkpoint", "timeline"),
-        (ViewTable, "exists", "timeline"),
-        (ViewMaintainer, "_snapshot", "snapshot_relation"),
-        (ViewMaintainer, "_table_schema", "view_schema"),
-        (maintain, "read_changes", "change_log"),
-        (ViewMaintainer, "_apply", "merge"),
-        (ViewMaintainer, "_recompute", "recompute"),
-        (ViewMaintainer, "_state", "state_query"),
-        (ViewTable, "read", "view_read"),
-        (ViewTable, "write", "view_write"),
-    ]
+    def __init__(
+        self,
+        targets: Callable[[], list[tuple[Any, str, str]]],
+        merge_owner: Any = None,
+        merge_name: str = "",
+    ) -> None:
+        self.targets = targets
+        self.merge_owner, self.merge_name = merge_owner, merge_name
+        self.clock = PhaseClock()
+        self.kept = KeptCounter()
+
+    @contextmanager
+    def around(self) -> Iterator[None]:
+        self.clock.take()
+        self.kept.take()
+        with patched(self.targets(), self.clock):
+            if self.merge_owner is None:
+                yield
+                return
+            original = getattr(self.merge_owner, self.merge_name)
+            setattr(self.merge_owner, self.merge_name, self.kept.wrap(original))
+            try:
+                yield
+            finally:
+                setattr(self.merge_owner, self.merge_name, original)
+
+    def take(self) -> tuple[dict[str, float], int]:
+        return self.clock.take(), self.kept.take()
 
 
 # -- the summary (pure)
@@ -281,9 +295,57 @@ class StepRun:
     groups: int
     recomputed: int
     phases: dict[str, float] = field(default_factory=dict)
+    #: Of the recomputed groups, those whose MIN/MAX the change itself puts back: the value
+    #: taken away is matched or passed by one added (:func:`extreme_kept`).
+    recomputed_kept: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__) | {"seconds": round(self.seconds, 3)}
+
+
+def extreme_kept(
+    aggregates: list[tuple[str, str]], change: dict[str, Any], stored: dict[str, Any] | None
+) -> bool:
+    """Whether a group the step recomputes for a MIN/MAX needed no base-table read: for each
+    ``(func, alias)`` MIN/MAX whose stored value was taken away, a value at least as extreme
+    was added by the same change (an update that leaves the column as it was takes the value
+    away and adds it back), so the new extreme is the added one. False when any of them
+    really lost its extreme, or the group was recomputed for another reason."""
+    if stored is None:
+        return False
+    lost = False
+    for func, alias in aggregates:
+        current, added, gone = stored.get(alias), change[f"add_{alias}"], change[f"gone_{alias}"]
+        if gone is None or current is None:
+            continue
+        if (gone <= current) if func == "min" else (gone >= current):
+            lost = True
+            if added is None or ((added > current) if func == "min" else (added < current)):
+                return False
+    return lost
+
+
+@dataclass
+class KeptCounter:
+    """Counts the groups :func:`extreme_kept` finds among those ``_merge`` recomputes."""
+
+    kept: int = 0
+
+    def wrap(self, merge: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(view: Any, change: dict[str, Any], stored: dict[str, Any] | None) -> Any:
+            merged = merge(view, change, stored)
+            if merged is None:
+                aggregates = [
+                    (a.func, a.alias) for a in view.aggregates if a.func in ("min", "max")
+                ]
+                self.kept += extreme_kept(aggregates, change, stored)
+            return merged
+
+        return counted
+
+    def take(self) -> int:
+        kept, self.kept = self.kept, 0
+        return kept
 
 
 @dataclass
@@ -313,6 +375,7 @@ class SizeRun:
                 "records": int(statistics.median(r.records for r in runs)),
                 "groups": int(statistics.median(r.groups for r in runs)),
                 "recomputed": int(statistics.median(r.recomputed for r in runs)),
+                "recomputed_kept": int(statistics.median(r.recomputed_kept for r in runs)),
                 "phases_s": {
                     p: round(statistics.median(r.phases.get(p, 0.0) for r in runs), 3)
                     for p in phases
@@ -345,6 +408,7 @@ def headline(plan: ViewsPlan, runs: list[SizeRun]) -> dict[str, Any]:
                 f"view_step_records[{label},k={keys}]": m["records"],
                 f"view_step_groups[{label},k={keys}]": m["groups"],
                 f"view_step_recomputed[{label},k={keys}]": m["recomputed"],
+                f"view_step_recomputed_kept[{label},k={keys}]": m["recomputed_kept"],
             }
     if len(runs) == 2:
         n["views_size_ratio"] = ratio(runs[1].rows, runs[0].rows)
@@ -425,7 +489,14 @@ def _base_table_size(config: Config) -> tuple[int, float]:
 
 
 def run_size(
-    spark: SparkSession, home: Path, plan: ViewsPlan, rows: int, log: Log, *, seed: int
+    spark: SparkSession,
+    home: Path,
+    plan: ViewsPlan,
+    rows: int,
+    log: Log,
+    *,
+    seed: int,
+    probe: StepProbe | None = None,
 ) -> SizeRun:
     """One lake of ``rows`` orders: load, build the view, time the rounds, rebuild, verify."""
     from tidelake.lake.ingest import Ingestor
@@ -456,20 +527,26 @@ def run_size(
     run.view_rows = first_step.rows or 0
 
     orders = Orders(rows, plan.customers, seed=seed)
-    clock = PhaseClock()
+    around = probe.around if probe is not None else nullcontext
 
     def one_round(keys: int) -> StepRun:
         stager.stage(orders.changes(keys, plan.insert_share, plan.delete_share))
         ingestor.run_once()
-        clock.take()
-        with patched(step_phases(), clock):
+        with around():
             started = time.perf_counter()
             result = maintainer.step(VIEW)
             seconds = time.perf_counter() - started
+        phases, kept = probe.take() if probe is not None else ({}, 0)
         if result.outcome != "step":
             raise ViewBenchError(f"{rows:,} rows, K={keys}: {result.outcome} {result.reason}")
         return StepRun(
-            keys, seconds, result.records, result.groups, result.recomputed, clock.take()
+            keys,
+            seconds,
+            result.records,
+            result.groups,
+            result.recomputed,
+            phases,
+            kept,
         )
 
     warm = one_round(plan.keys[0])
@@ -481,14 +558,15 @@ def run_size(
             log(
                 f"views: {rows:,} rows, K={keys:,}: step {step.seconds:.2f} s, "
                 f"{step.records:,} records, {step.groups:,} groups, {step.recomputed} recomputed"
+                + (f" ({step.recomputed_kept} with their MAX kept)" if probe else "")
+                + (f" {step.phases}" if step.phases else "")
             )
     _verify(maintainer, rows, "after the steps")
-    clock.take()
-    with patched(step_phases(), clock):
+    with around():
         started = time.perf_counter()
         rebuilt = maintainer.rebuild(VIEW, "bench")
         run.rebuild_s = round(time.perf_counter() - started, 3)
-    run.rebuild_phases = clock.take()
+    run.rebuild_phases = probe.take()[0] if probe is not None else {}
     if rebuilt.outcome != "rebuild":
         raise ViewBenchError(f"rebuild at {rows:,} rows: {rebuilt.outcome} {rebuilt.reason}")
     log(f"views: {rows:,} rows: rebuild {run.rebuild_s:.2f} s")
@@ -523,7 +601,11 @@ class ViewsResult:
 
 
 def run_views_bench(
-    home: Path, plan: ViewsPlan, log: Log, spark: SparkSession | None = None
+    home: Path,
+    plan: ViewsPlan,
+    log: Log,
+    spark: SparkSession | None = None,
+    probe: StepProbe | None = None,
 ) -> ViewsResult:
     """Every size of ``plan`` in one Spark session (the ingest's builder and settings)."""
     from tidelake.lake.spark import build_spark_session
@@ -536,7 +618,9 @@ def run_views_bench(
     )
     try:
         for rows, size_home in zip(plan.table_rows, homes, strict=True):
-            result.runs.append(run_size(session, size_home, plan, rows, log, seed=plan.seed))
+            result.runs.append(
+                run_size(session, size_home, plan, rows, log, seed=plan.seed, probe=probe)
+            )
             session.catalog.clearCache()
             shutil.rmtree(size_home, ignore_errors=True)
     finally:

@@ -13,6 +13,7 @@ from tidelake_bench.report import BenchResult, render_markdown, views_markdown
 from tidelake_bench.views import (
     DATE_DAYS,
     FIRST_DATE,
+    KeptCounter,
     Orders,
     PhaseClock,
     SizeRun,
@@ -21,6 +22,7 @@ from tidelake_bench.views import (
     ViewsResult,
     base_row,
     canal_values,
+    extreme_kept,
     headline,
     patched,
     round_mix,
@@ -197,3 +199,38 @@ def test_set_up_runs_only_for_the_parts_that_use_it() -> None:
     assert not needs_setup(("freshness", "views"))
     assert needs_setup(("stage",))
     assert needs_setup(PARTS)
+
+
+MAX = [("max", "last")]
+
+
+@pytest.mark.parametrize(
+    ("added", "gone", "kept"),
+    [
+        (5, 5, True),  # the update left the MAX column as it was
+        (7, 5, True),  # a bigger value came in with it
+        (4, 5, False),  # the MAX really went: read the group again
+        (None, 5, False),  # deleted
+        (9, 3, False),  # the MAX was not touched: not a recompute for it
+    ],
+)
+def test_extreme_kept(added: int | None, gone: int, kept: bool) -> None:
+    change = {"add_last": added, "gone_last": gone}
+    assert kept is extreme_kept(MAX, change, {"last": 5})
+
+
+def test_extreme_kept_for_min_and_without_a_stored_row() -> None:
+    assert extreme_kept([("min", "first")], {"add_first": 1, "gone_first": 1}, {"first": 1})
+    assert not extreme_kept([("min", "first")], {"add_first": 2, "gone_first": 1}, {"first": 1})
+    assert not extreme_kept(MAX, {"add_last": 5, "gone_last": 5}, None)
+
+
+def test_kept_counter_counts_only_recomputed_groups() -> None:
+    view = SimpleNamespace(aggregates=[SimpleNamespace(func="max", alias="last")])
+    counter = KeptCounter()
+    merge = counter.wrap(lambda v, change, stored: None if change["r"] else {"ok": 1})
+    merge(view, {"r": True, "add_last": 5, "gone_last": 5}, {"last": 5})
+    merge(view, {"r": True, "add_last": 4, "gone_last": 5}, {"last": 5})
+    assert {"ok": 1} == merge(view, {"r": False, "add_last": 5, "gone_last": 5}, {"last": 5})
+    assert 1 == counter.take()
+    assert 0 == counter.take()
