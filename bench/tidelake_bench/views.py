@@ -12,9 +12,10 @@ so the view holds the same number of groups at every size.
 The view ``SELECT customer_id, COUNT(*), SUM(amount), MAX(order_date) ... GROUP BY
 customer_id`` is built by its first step (a rebuild). Then, per K changed keys, rounds of:
 stage and ingest K changes (mostly updates of ``amount``, some inserts of new, latest orders,
-a few deletes), then time :meth:`ViewMaintainer.step` alone. One untimed round first warms
-the step's code paths up. Each size also times a full ``rebuild`` and ends with ``verify``:
-a view that differs from its recomputation fails the part.
+a few deletes), then time :meth:`ViewMaintainer.step` alone. The two lakes take turns round
+by round (one Spark session), so a change of machine load hits both sizes alike; one untimed
+round each first warms the step's code paths up. Each size is then verified, times a full
+``rebuild`` and is verified again: a view that differs from its recomputation fails the part.
 
 The bench uses tidelake's public interface only (``step``, ``rebuild``, ``verify`` and their
 results). ``tools/view_step_phases.py`` runs the same workload with a :class:`StepProbe` that
@@ -488,92 +489,96 @@ def _base_table_size(config: Config) -> tuple[int, float]:
     return len(files), round(sum(p.stat().st_size for p in files) / 2**20, 1)
 
 
-def run_size(
-    spark: SparkSession,
-    home: Path,
-    plan: ViewsPlan,
-    rows: int,
-    log: Log,
-    *,
-    seed: int,
-    probe: StepProbe | None = None,
-) -> SizeRun:
-    """One lake of ``rows`` orders: load, build the view, time the rounds, rebuild, verify."""
-    from tidelake.lake.ingest import Ingestor
-    from tidelake.view.maintain import ViewMaintainer
+class SizeLake:
+    """One lake of ``rows`` orders: loaded, its view built, then stepped round by round."""
 
-    config = views_config(home, plan, rows)
-    run = SizeRun(rows=rows)
-    stager = Stager(LocalStorage(config.stage_root))
-    ingestor = Ingestor(config, spark, stager.storage)
-    batch = max(1, -(-rows // plan.load_commits))
-    started = time.monotonic()
-    for first in range(1, rows + 1, batch):
-        ids = range(first, min(rows, first + batch - 1) + 1)
-        stager.stage([(Op.INSERT, base_row(i, plan.customers)) for i in ids])
-        run.load_commits += ingestor.run_once().commits
-    run.load_s = round(time.monotonic() - started, 1)
-    run.base_files, run.base_mib = _base_table_size(config)
-    log(
-        f"views: {rows:,} orders loaded in {run.load_commits} commits, {run.load_s:.0f} s "
-        f"({run.base_files} base files, {run.base_mib} MiB)"
-    )
+    def __init__(
+        self,
+        spark: SparkSession,
+        home: Path,
+        plan: ViewsPlan,
+        rows: int,
+        log: Log,
+        probe: StepProbe | None = None,
+    ) -> None:
+        from tidelake.lake.ingest import Ingestor
+        from tidelake.view.maintain import ViewMaintainer
 
-    maintainer = ViewMaintainer(config, spark)
-    first_step = maintainer.step(VIEW)
-    if first_step.outcome != "rebuild":
-        raise ViewBenchError(f"first step: {first_step.outcome} {first_step.reason}")
-    run.first_build_s = first_step.duration_ms / 1000
-    run.view_rows = first_step.rows or 0
+        self.plan, self.rows, self.log, self.probe = plan, rows, log, probe
+        self.home = home
+        self.config = views_config(home, plan, rows)
+        self.run = SizeRun(rows=rows)
+        self.stager = Stager(LocalStorage(self.config.stage_root))
+        self.ingestor = Ingestor(self.config, spark, self.stager.storage)
+        self.maintainer = ViewMaintainer(self.config, spark)
+        self.orders = Orders(rows, plan.customers, seed=plan.seed)
 
-    orders = Orders(rows, plan.customers, seed=seed)
-    around = probe.around if probe is not None else nullcontext
-
-    def one_round(keys: int) -> StepRun:
-        stager.stage(orders.changes(keys, plan.insert_share, plan.delete_share))
-        ingestor.run_once()
-        with around():
-            started = time.perf_counter()
-            result = maintainer.step(VIEW)
-            seconds = time.perf_counter() - started
-        phases, kept = probe.take() if probe is not None else ({}, 0)
-        if result.outcome != "step":
-            raise ViewBenchError(f"{rows:,} rows, K={keys}: {result.outcome} {result.reason}")
-        return StepRun(
-            keys,
-            seconds,
-            result.records,
-            result.groups,
-            result.recomputed,
-            phases,
-            kept,
+    def load(self) -> None:
+        """The base rows through the ingest, in ``plan.load_commits`` commits; the view's
+        first step (a rebuild)."""
+        run, rows = self.run, self.rows
+        batch = max(1, -(-rows // self.plan.load_commits))
+        started = time.monotonic()
+        for first in range(1, rows + 1, batch):
+            ids = range(first, min(rows, first + batch - 1) + 1)
+            self.stager.stage([(Op.INSERT, base_row(i, self.plan.customers)) for i in ids])
+            run.load_commits += self.ingestor.run_once().commits
+        run.load_s = round(time.monotonic() - started, 1)
+        run.base_files, run.base_mib = _base_table_size(self.config)
+        self.log(
+            f"views: {rows:,} orders loaded in {run.load_commits} commits, {run.load_s:.0f} s "
+            f"({run.base_files} base files, {run.base_mib} MiB)"
         )
+        first_step = self.maintainer.step(VIEW)
+        if first_step.outcome != "rebuild":
+            raise ViewBenchError(f"first step: {first_step.outcome} {first_step.reason}")
+        run.first_build_s = first_step.duration_ms / 1000
+        run.view_rows = first_step.rows or 0
 
-    warm = one_round(plan.keys[0])
-    log(f"views: warm-up step {warm.seconds:.2f} s (not counted)")
-    for keys in plan.keys:
-        for _ in range(plan.rounds):
-            step = one_round(keys)
-            run.steps.append(step)
-            log(
-                f"views: {rows:,} rows, K={keys:,}: step {step.seconds:.2f} s, "
-                f"{step.records:,} records, {step.groups:,} groups, {step.recomputed} recomputed"
-                + (f" ({step.recomputed_kept} with their MAX kept)" if probe else "")
-                + (f" {step.phases}" if step.phases else "")
-            )
-    _verify(maintainer, rows, "after the steps")
-    with around():
-        started = time.perf_counter()
-        rebuilt = maintainer.rebuild(VIEW, "bench")
-        run.rebuild_s = round(time.perf_counter() - started, 3)
-    run.rebuild_phases = probe.take()[0] if probe is not None else {}
-    if rebuilt.outcome != "rebuild":
-        raise ViewBenchError(f"rebuild at {rows:,} rows: {rebuilt.outcome} {rebuilt.reason}")
-    log(f"views: {rows:,} rows: rebuild {run.rebuild_s:.2f} s")
-    groups = _verify(maintainer, rows, "after the rebuild")
-    run.verified = True
-    log(f"views: {rows:,} rows: verified after the steps and the rebuild ({groups:,} groups)")
-    return run
+    def _around(self) -> Any:
+        return self.probe.around() if self.probe is not None else nullcontext()
+
+    def step_round(self, keys: int) -> StepRun:
+        """Stage and ingest ``keys`` changes, then time the view's step alone."""
+        plan = self.plan
+        self.stager.stage(self.orders.changes(keys, plan.insert_share, plan.delete_share))
+        self.ingestor.run_once()
+        with self._around():
+            started = time.perf_counter()
+            result = self.maintainer.step(VIEW)
+            seconds = time.perf_counter() - started
+        phases, kept = self.probe.take() if self.probe is not None else ({}, 0)
+        if result.outcome != "step":
+            raise ViewBenchError(f"{self.rows:,} rows, K={keys}: {result.outcome} {result.reason}")
+        step = StepRun(
+            keys, seconds, result.records, result.groups, result.recomputed, phases, kept
+        )
+        self.log(
+            f"views: {self.rows:,} rows, K={keys:,}: step {step.seconds:.2f} s, "
+            f"{step.records:,} records, {step.groups:,} groups, {step.recomputed} recomputed"
+            + (f" ({step.recomputed_kept} with their MAX kept)" if self.probe else "")
+            + (f" {step.phases}" if step.phases else "")
+        )
+        return step
+
+    def finish(self) -> SizeRun:
+        """Verify the stepped view, time a rebuild, verify again."""
+        run, rows = self.run, self.rows
+        _verify(self.maintainer, rows, "after the steps")
+        with self._around():
+            started = time.perf_counter()
+            rebuilt = self.maintainer.rebuild(VIEW, "bench")
+            run.rebuild_s = round(time.perf_counter() - started, 3)
+        run.rebuild_phases = self.probe.take()[0] if self.probe is not None else {}
+        if rebuilt.outcome != "rebuild":
+            raise ViewBenchError(f"rebuild at {rows:,} rows: {rebuilt.outcome} {rebuilt.reason}")
+        self.log(f"views: {rows:,} rows: rebuild {run.rebuild_s:.2f} s")
+        groups = _verify(self.maintainer, rows, "after the rebuild")
+        run.verified = True
+        self.log(
+            f"views: {rows:,} rows: verified after the steps and the rebuild ({groups:,} groups)"
+        )
+        return run
 
 
 def _verify(maintainer: Any, rows: int, when: str) -> int:
@@ -617,11 +622,22 @@ def run_views_bench(
         views_config(homes[0], plan, plan.table_rows[0]), app_name="tidelake-bench-views"
     )
     try:
-        for rows, size_home in zip(plan.table_rows, homes, strict=True):
-            result.runs.append(
-                run_size(session, size_home, plan, rows, log, seed=plan.seed, probe=probe)
-            )
-            session.catalog.clearCache()
+        lakes = [
+            SizeLake(session, size_home, plan, rows, log, probe)
+            for rows, size_home in zip(plan.table_rows, homes, strict=True)
+        ]
+        for lake in lakes:
+            lake.load()
+        for lake in lakes:  # warm-up, not counted
+            lake.step_round(plan.keys[0])
+        # The sizes take turns, round by round: a change of machine load hits both alike.
+        for keys in plan.keys:
+            for _ in range(plan.rounds):
+                for lake in lakes:
+                    lake.run.steps.append(lake.step_round(keys))
+        result.runs = [lake.finish() for lake in lakes]
+        session.catalog.clearCache()
+        for size_home in homes:
             shutil.rmtree(size_home, ignore_errors=True)
     finally:
         if own:

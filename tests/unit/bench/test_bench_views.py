@@ -234,3 +234,22 @@ def test_kept_counter_counts_only_recomputed_groups() -> None:
     assert {"ok": 1} == merge(view, {"r": False, "add_last": 5, "gone_last": 5}, {"last": 5})
     assert 1 == counter.take()
     assert 0 == counter.take()
+
+
+def test_step_probe_times_its_targets_and_counts_kept_extremes_meanwhile() -> None:
+    """Inside ``around()`` the targets are timed and the merge counted; outside, untouched."""
+    from tidelake_bench.views import StepProbe
+
+    view = SimpleNamespace(aggregates=[SimpleNamespace(func="max", alias="last")])
+    owner = SimpleNamespace(
+        work=lambda: "done", merge=lambda v, change, stored: None
+    )  # a merge that always asks for a recomputation
+    work, merge = owner.work, owner.merge
+    probe = StepProbe(lambda: [(owner, "work", "w")], owner, "merge")
+    with probe.around():
+        assert "done" == owner.work()
+        owner.merge(view, {"add_last": 5, "gone_last": 5}, {"last": 5})
+    assert (owner.work, owner.merge) == (work, merge)
+    phases, kept = probe.take()
+    assert ["w"] == list(phases)
+    assert 1 == kept
