@@ -264,17 +264,22 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".",
         "",
         *_sizes(n),
-        "| measurement | value |",
-        "|---|---|",
     ]
     # A run of some parts (--part) shows what it measured, not a row per part it skipped.
-    lines += [f"| {label} | {_fmt(n[key])} |" for label, key in _ROWS if n.get(key) is not None]
-    lines += ["", "| target | value | met |", "|---|---|---|"]
-    for t in result.targets().values():
-        if t["met"] is not None:
-            lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
+    measured = [f"| {label} | {_fmt(n[key])} |" for label, key in _ROWS if n.get(key) is not None]
+    if measured:
+        lines += ["| measurement | value |", "|---|---|", *measured]
+    checked = [
+        f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |"
+        for t in result.targets().values()
+        if t["met"] is not None
+    ]
+    if checked:
+        lines += ["", "| target | value | met |", "|---|---|---|", *checked]
     if "views" in result.details:
         lines += ["", *views_markdown(result.details["views"])]
+    while lines and not lines[-1]:
+        lines.pop()
     if result.errors:
         lines += ["", "Not measured:", ""] + [f"- {e}" for e in result.errors]
     return "\n".join(lines) + "\n"

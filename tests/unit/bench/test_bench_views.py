@@ -253,3 +253,14 @@ def test_step_probe_times_its_targets_and_counts_kept_extremes_meanwhile() -> No
     phases, kept = probe.take()
     assert ["w"] == list(phases)
     assert 1 == kept
+
+
+def test_a_views_only_run_shows_no_empty_tables() -> None:
+    plan = ViewsPlan(table_rows=(1_000, 10_000), customers=50, keys=(10,), rounds=3)
+    runs = [_size(1_000, {10: [2.0] * 3}, 4.0), _size(10_000, {10: [3.0] * 3}, 20.0)]
+    details = ViewsResult(plan, runs).to_json()
+    result = BenchResult(quick=True, numbers=headline(plan, runs), details={"views": details})
+    text = render_markdown(result)
+    assert "| measurement | value |" not in text
+    assert "| target | value | met |" not in text
+    assert text.endswith("|\n")
