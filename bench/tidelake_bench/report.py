@@ -277,7 +277,7 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
     if checked:
         lines += ["", "| target | value | met |", "|---|---|---|", *checked]
     if "views" in result.details:
-        lines += ["", *views_markdown(result.details["views"])]
+        lines += [""] * bool(lines[-1]) + views_markdown(result.details["views"])
     while lines and not lines[-1]:
         lines.pop()
     if result.errors:

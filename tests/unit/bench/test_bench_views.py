@@ -264,3 +264,4 @@ def test_a_views_only_run_shows_no_empty_tables() -> None:
     assert "| measurement | value |" not in text
     assert "| target | value | met |" not in text
     assert text.endswith("|\n")
+    assert "\n\n\n" not in text
