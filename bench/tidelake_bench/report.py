@@ -264,18 +264,71 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".",
         "",
         *_sizes(n),
-        "| measurement | value |",
-        "|---|---|",
     ]
     # A run of some parts (--part) shows what it measured, not a row per part it skipped.
-    lines += [f"| {label} | {_fmt(n[key])} |" for label, key in _ROWS if n.get(key) is not None]
-    lines += ["", "| target | value | met |", "|---|---|---|"]
-    for t in result.targets().values():
-        if t["met"] is not None:
-            lines.append(f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |")
+    measured = [f"| {label} | {_fmt(n[key])} |" for label, key in _ROWS if n.get(key) is not None]
+    if measured:
+        lines += ["| measurement | value |", "|---|---|", *measured]
+    checked = [
+        f"| {t['target']} | {_fmt(t['value'])} | {_fmt(t['met'])} |"
+        for t in result.targets().values()
+        if t["met"] is not None
+    ]
+    if checked:
+        lines += ["", "| target | value | met |", "|---|---|---|", *checked]
+    if "views" in result.details:
+        lines += [""] * bool(lines[-1]) + views_markdown(result.details["views"])
+    while lines and not lines[-1]:
+        lines.pop()
     if result.errors:
         lines += ["", "Not measured:", ""] + [f"- {e}" for e in result.errors]
     return "\n".join(lines) + "\n"
+
+
+#: Step phases shown in the views table, in order (``views.py`` step_phases); the others
+#: are summed into "other".
+VIEW_PHASES = ("change_log", "recompute", "merge", "view_write", "timeline")
+
+
+def views_markdown(details: dict[str, Any]) -> list[str]:
+    """The views part's tables: per base-table size and K, the step (medians) beside the
+    rebuild, the growth large / small; then the step's seconds by phase."""
+    sizes = details.get("sizes") or []
+    if not sizes:
+        return []
+    first = sizes[0]
+    lines = [
+        f"Views: `{details.get('sql')}`; {details.get('plan', {}).get('customers', 0):,} "
+        f"customers; median of {details.get('plan', {}).get('rounds')} steps per K.",
+        "",
+        "| base rows | K changed keys | step s (median) | records read | groups written "
+        "| groups recomputed | rebuild s | step / same K at "
+        f"{first['rows']:,} rows |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    small = {k: v["step_s"] for k, v in first.get("by_keys", {}).items()}
+    for size in sizes:
+        for keys, m in size.get("by_keys", {}).items():
+            growth = ratio(m["step_s"], small.get(keys))
+            lines.append(
+                f"| {size['rows']:,} | {int(keys):,} | {_fmt(m['step_s'])} | {m['records']:,} "
+                f"| {m['groups']:,} | {m['recomputed']:,} | {_fmt(size.get('rebuild_s'))} "
+                f"| {_fmt(growth)} |"
+            )
+    if not any(m.get("phases_s") for size in sizes for m in size.get("by_keys", {}).values()):
+        return lines
+    lines += [
+        "",
+        "| base rows | K | " + " | ".join(VIEW_PHASES) + " | other | (s, medians) |",
+        "|---|---|" + "---|" * (len(VIEW_PHASES) + 2),
+    ]
+    for size in sizes:
+        for keys, m in size.get("by_keys", {}).items():
+            phases = m.get("phases_s", {})
+            other = sum(v for p, v in phases.items() if p not in VIEW_PHASES)
+            cells = [_fmt(phases.get(p)) for p in VIEW_PHASES] + [_fmt(round(other, 3)), ""]
+            lines.append(f"| {size['rows']:,} | {int(keys):,} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _sizes(n: dict[str, Any]) -> list[str]:
@@ -291,6 +344,11 @@ def _sizes(n: dict[str, Any]) -> list[str]:
         )
     if n.get("rows_small"):
         parts.append(f"commit time at {n['rows_small']:,} vs {n.get('rows_large') or 0:,} rows")
+    if n.get("views_rows_small"):
+        parts.append(
+            f"view step at {n['views_rows_small']:,} vs {n.get('views_rows_large') or 0:,} "
+            "base rows"
+        )
     if n.get("freshness_rate"):
         parts.append(
             f"freshness at {n['freshness_rate']:,.0f} events/s for "

@@ -27,8 +27,13 @@ from tidelake_bench.ingest import (
 )
 from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
+from tidelake_bench.views import ViewsPlan
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot")
+PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views")
+#: The parts that use what ``bench/setup`` puts in place (the NATS CLI; HoodieStreamer's and
+#: Hudi 0.14's jars and PySpark): a run of other parts skips it (a first set-up builds and
+#: downloads for minutes, and would load the machine the other parts measure).
+SETUP_PARTS = frozenset({"stage", "ingest"})
 #: Marks a directory the bench created, so that a rerun may wipe it and nothing else.
 MARKER = ".tidelake-bench"
 
@@ -49,6 +54,8 @@ class Sizes:
     #: one it snapshots the initial way (one connection) for comparison.
     snapshot_rows: int = 10_000_000
     snapshot_initial_rows: int = 1_000_000
+    #: The view's base table at two sizes, and the changed keys per step (``views.py``).
+    views: ViewsPlan = field(default_factory=ViewsPlan)
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 5 minutes of freshness.
@@ -69,6 +76,7 @@ QUICK = Sizes(
     capture_lag_seconds=20,
     snapshot_rows=200_000,
     snapshot_initial_rows=50_000,
+    views=ViewsPlan(table_rows=(20_000, 200_000)),
 )
 
 
@@ -88,6 +96,11 @@ class BenchOptions:
     @property
     def effective_sizes(self) -> Sizes:
         return self.sizes or (QUICK if self.quick else FULL)
+
+
+def needs_setup(parts: tuple[str, ...]) -> bool:
+    """Whether any of ``parts`` uses the tools ``bench/setup`` provides."""
+    return bool(SETUP_PARTS & set(parts))
 
 
 def _prepare_home(home: Path) -> None:
@@ -110,7 +123,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
     def log(message: str) -> None:
         console.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {escape(message)}")
 
-    if opts.setup and tools.run_setup():
+    if opts.setup and needs_setup(opts.parts) and tools.run_setup():
         log("bench set-up done (bench/setup)")
     nats = tools.nats_cli()
     result.machine = machine.machine()
@@ -124,6 +137,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
         "capture": lambda: _capture(home, sizes, n, result, log),
         "snapshot": lambda: _snapshot(home, sizes, n, result, log),
+        "views": lambda: _views(home, sizes, n, result, log),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -246,6 +260,26 @@ def _snapshot(
         }
         if run.error:
             result.errors.append(f"snapshot {k} ({run.mode}): {run.error}")
+
+
+def _views(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """A view's incremental step at two base-table sizes and K changed keys, beside a full
+    rebuild; the view verified against its recomputation at each size (``views.py``)."""
+    from tidelake_bench.views import headline, run_views_bench
+
+    views = run_views_bench(home / "views", sizes.views, log)
+    result.details["views"] = views.to_json()
+    n |= headline(sizes.views, views.runs)
+    growth = ", ".join(
+        f"K={k:,} {_fmt_ratio(n.get(f'view_step_growth[k={k}]'))}" for k in sizes.views.keys
+    )
+    log(f"view step large / small ({_fmt_ratio(n.get('views_size_ratio'))} rows): {growth}")
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
 
 
 def _ingest(

@@ -864,7 +864,7 @@ def bench(
     part: Annotated[
         list[str] | None,
         typer.Option(
-            help="stage, ingest, freshness, nats_sync, capture or snapshot (repeatable; "
+            help="stage, ingest, freshness, nats_sync, capture, snapshot or views (repeatable; "
             "default all; docs/benchmarks.md)"
         ),
     ] = None,
