@@ -247,20 +247,24 @@ class ViewMaintainer:
         base = self.base_path(view)
         through = completed_instants(self.spark, base, metadata_of=())[-1].completed
         snapshot = self._snapshot(base, through)
-        state = self._state(view, snapshot).withColumn(DELETED, F.lit(False))
-        rows = state.collect()
-        checkpoint = ViewCheckpoint(
-            defined.fingerprint, {view.table: through}, now_ms(), "rebuild", dict(renamed)
-        )
-        table.write(self.spark.createDataFrame(rows, state.schema), checkpoint, rebuild=True)
+        # Written from Spark as computed: a view of millions of groups never passes Python.
+        state = self._state(view, snapshot).withColumn(DELETED, F.lit(False)).cache()
+        try:
+            count = state.count()
+            checkpoint = ViewCheckpoint(
+                defined.fingerprint, {view.table: through}, now_ms(), "rebuild", dict(renamed)
+            )
+            table.write(state, checkpoint, rebuild=True)
+        finally:
+            state.unpersist()
         table.register()
-        log.info("view rebuilt", view=view.name, reason=reason, rows=len(rows), through=through)
+        log.info("view rebuilt", view=view.name, reason=reason, rows=count, through=through)
         return StepResult(
             view.name,
             "rebuild",
             reason=reason,
-            groups=len(rows),
-            rows=len(rows),
+            groups=count,
+            rows=count,
             checkpoint=checkpoint,
         )
 
