@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from demokit import run_demo
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# 2.5 minutes (Spark, two ingest restarts, a Spark session for the checks): `make e2e`. In
+# `make test` the same guarantees are held by tests/integration/view/ (the real ingest
+# process keeping the views, SIGKILL before and during a view commit, every transition).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.long]
 
 
 def test_both_views_equal_their_recomputation_through_ddl_deletes_and_kills(
