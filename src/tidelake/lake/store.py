@@ -199,6 +199,20 @@ def _meta_client(spark: SparkSession, path: str) -> Any:
 def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | None:
     """The checkpoint of the latest completed commit of the Hudi table at ``path`` that holds
     one (compaction and clustering commits do not); None for a table not written yet."""
+    found = _latest_holding(spark, path, CHECKPOINT_KEY)
+    if found is None:
+        return None
+    instant, text = found
+    return CommittedCheckpoint(
+        TableCheckpoint.from_json(text),
+        str(instant.requestedTime()),
+        str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
+    )
+
+
+def _latest_holding(spark: SparkSession, path: str, key: str) -> tuple[Any, str] | None:
+    """The latest completed commit whose extra metadata holds ``key``, and its value; reads
+    back from the newest commit only as far as needed (None: no table, or no such commit)."""
     if not table_exists(spark, path):
         return None
     client = _meta_client(spark, path)
@@ -206,14 +220,9 @@ def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | Non
     instants = timeline.getReverseOrderedInstants().iterator()
     while instants.hasNext():
         instant = instants.next()
-        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
-        text = extra.get(CHECKPOINT_KEY)
+        text = timeline.readCommitMetadata(instant).getExtraMetadata().get(key)
         if text is not None:
-            return CommittedCheckpoint(
-                TableCheckpoint.from_json(str(text)),
-                str(instant.requestedTime()),
-                str(instant.getCompletionTime()) if instant.getCompletionTime() else None,
-            )
+            return instant, str(text)
     return None
 
 
@@ -283,18 +292,9 @@ def completed_instants(
 
 def latest_commit_value(spark: SparkSession, path: str, key: str) -> str | None:
     """``key`` of the extra metadata of the latest completed commit that holds it (None for a
-    table not written yet, or none holding it): reads back from the newest commit only as far
-    as needed."""
-    if not table_exists(spark, path):
-        return None
-    client = _meta_client(spark, path)
-    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
-    instants = timeline.getReverseOrderedInstants().iterator()
-    while instants.hasNext():
-        text = timeline.readCommitMetadata(instants.next()).getExtraMetadata().get(key)
-        if text is not None:
-            return str(text)
-    return None
+    table not written yet, or none holding it)."""
+    found = _latest_holding(spark, path, key)
+    return found[1] if found is not None else None
 
 
 def hoodie_properties(spark: SparkSession | None, path: str) -> Mapping[str, str]:
