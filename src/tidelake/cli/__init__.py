@@ -22,7 +22,7 @@ from tidelake.runtime.logs import LogFormat, configure_logging
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tidelake.lake.ingest import AfterRound, Hook
+    from tidelake.lake.after_round import AfterRound, Hook
 
 app = typer.Typer(
     name="tidelake",

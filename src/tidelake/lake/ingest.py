@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,7 @@ import structlog
 from tidelake.config import Config
 from tidelake.errors import TidelakeError, is_terminal
 from tidelake.events import ChangeEvent, Op
+from tidelake.lake.after_round import AfterRound, Hook, RoundEvents
 from tidelake.lake.apply import TableApplier, TableResult
 from tidelake.lake.control import TableControl
 from tidelake.lake.failures import (
@@ -80,9 +81,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
-#: After a round, with its events per table (None: nothing was staged).
-AfterRound = Callable[[Mapping[str, Sequence[ChangeEvent]] | None], object]
-Hook = Callable[["SparkSession"], AfterRound]
 
 #: Consecutive failed rounds of one table, for an unknown cause, before it is paused.
 MAX_TABLE_FAILURES = 3
@@ -412,10 +410,11 @@ class Ingestor:
         live.INGESTER_ROUND_SECONDS.observe(time.monotonic() - started)
         return result
 
-    def _after_round(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> None:
-        if self.after_round is not None:  # set by the ingest command: lake/ imports no view/
+    def _after_round(self, events: RoundEvents) -> None:
+        follow = self.after_round  # set by the ingest command: lake/ imports no view/
+        if follow is not None and follow.wants(events):
             with self.round_beat.running("updating views"):
-                self.after_round(events)
+                follow(events)
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
         """Apply everything staged now, then return. A table that failed (and was not

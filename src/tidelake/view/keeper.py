@@ -77,17 +77,20 @@ class ViewKeeper:
         self.maintainer = ViewMaintainer(config, spark)
         self._caught_up = False
 
-    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> list[StepResult]:
-        """After a round (``events``: its events per table; None when nothing was staged):
-        step every view when the round committed (or on the first call, to catch up on a
-        round the last process committed before it died), and take up rebuild requests in
-        any case."""
+    def wants(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> bool:
+        """After a round that committed; on the first call (to catch up on a round the last
+        process committed before it died); when a rebuild was asked for."""
         if not self.config.views:
+            return False
+        asked = any(request_path(self.config, n).exists() for n in self.config.views)
+        return events is not None or asked or not self._caught_up
+
+    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> list[StepResult]:
+        """Update every view after a round (``events``: its events per table; None when
+        nothing was staged) and take up the rebuilds asked for."""
+        if not self.wants(events):
             return []
-        committed = events is not None
         asked = {n for n in self.config.views if request_path(self.config, n).exists()}
-        if not (committed or asked or not self._caught_up):
-            return []
         self._caught_up = True
         results = []
         for name in self.config.views:
