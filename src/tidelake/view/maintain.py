@@ -188,11 +188,12 @@ class ViewMaintainer:
         new = ViewCheckpoint(
             defined.fingerprint, {view.table: span.through}, now_ms(), "step", checkpoint.renamed
         )
-        rows, recomputed = self._apply(view, table, snapshot, images.columns, images.rows)
-        # No view row changed: the commit still moves the checkpoint on.
-        table.write(
-            self.spark.createDataFrame(rows, self._table_schema(view, snapshot)), new, rebuild=False
+        schema = self._table_schema(view, snapshot)
+        rows, recomputed = self._apply(
+            view, table, snapshot, schema.fieldNames(), images.columns, images.rows
         )
+        # No view row changed: the commit still moves the checkpoint on.
+        table.write(self.spark.createDataFrame(rows, schema), new, rebuild=False)
         log.info(
             "view step",
             view=name,
@@ -301,6 +302,7 @@ class ViewMaintainer:
         view: ViewDefinition,
         table: ViewTable,
         snapshot: DataFrame,
+        state_fields: list[str],
         columns: tuple[str, ...],
         images: list[tuple[Any, ...]],
     ) -> tuple[list[tuple[Any, ...]], int]:
@@ -346,7 +348,6 @@ class ViewMaintainer:
             .join(F.broadcast(self.spark.createDataFrame([(r[KEY],) for r in delta], [KEY])), KEY)
             .collect()
         }
-        state_fields = self._table_schema(view, snapshot).fieldNames()
         out: list[tuple[Any, ...] | None] = []
         recompute: list[Any] = []
         for change in delta:
@@ -355,7 +356,7 @@ class ViewMaintainer:
             if merged is None:
                 recompute.append(change)
             elif merged[ROWS] == 0:
-                out.append(_deleted(state_fields, stored.get(change[KEY]), change))
+                out.append(_deleted(state_fields, stored.get(change[KEY])))
             else:
                 out.append(tuple(merged.get(f) for f in state_fields))
         if recompute:
@@ -388,7 +389,7 @@ class ViewMaintainer:
         for group in groups:
             row = fresh.get(group[KEY])
             if row is None:
-                out.append(_deleted(fields, stored.get(group[KEY]), group))
+                out.append(_deleted(fields, stored.get(group[KEY])))
             else:
                 out.append(tuple(row.get(f, False if f == DELETED else None) for f in fields))
         return out
@@ -481,9 +482,7 @@ def _reaches(func: str, value: Any, extreme: Any) -> bool:
     return bool(value <= extreme) if func == "min" else bool(value >= extreme)
 
 
-def _deleted(
-    fields: list[str], stored: dict[str, Any] | None, change: Any
-) -> tuple[Any, ...] | None:
+def _deleted(fields: list[str], stored: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """A delete record of the group, or None when the view never held it."""
     if stored is None:
         return None
