@@ -1,11 +1,18 @@
 """A view's SQL, read into the parts its incremental upkeep works with (docs/views.md §2).
 
-A view is one ``SELECT`` over one lake table: plain columns in ``GROUP BY`` (the view's key),
-``COUNT(*)`` and ``COUNT``/``SUM``/``MIN``/``MAX`` of a column, an optional ``WHERE``. Those
-are the shapes whose new value follows from the old value and the changed rows alone (count
-and sum by adding and taking away; min and max by comparing, and by reading the group again
-when its extreme itself goes). Anything else is refused here with the reason, before a view
-table is made: a join, ``DISTINCT``, ``HAVING``, a window, a subquery, an expression as a key.
+A view is one ``SELECT`` over one lake table, or over two joined by an inner or left equi-join
+(``ON a.x = b.y [AND …]``): plain columns in ``GROUP BY`` (the view's key), ``COUNT(*)`` and
+``COUNT``/``SUM``/``MIN``/``MAX`` of a column, an optional ``WHERE``. Those are the shapes whose
+new value follows from the old value and the changed rows alone (count and sum by adding and
+taking away; min and max by comparing, and by reading the group again when its extreme itself
+goes; a join's changed rows are those whose join key changed on either side). Anything else is
+refused here with the reason, before a view table is made: a right, full or cross join, more
+than one join, ``DISTINCT``, ``HAVING``, a window, a subquery, an expression as a key.
+
+The upkeep works on the view's **input rows**: the base table's rows, or for a join the joined
+rows, whose columns are named ``<alias>__<column>`` (every column of a join view is written
+with its table's alias, or its name without one). :attr:`ViewDefinition.flat_sql` is the
+aggregate over those rows.
 
 The SQL is Spark SQL: a full recomputation (``rebuild``, ``verify``) runs it as written.
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -54,17 +62,63 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True)
+class Side:
+    """One table of a join view: ``db.table``, the qualifier its columns carry in the SQL, and
+    the columns the view reads from it (join columns first)."""
+
+    table: str
+    alias: str
+    columns: tuple[str, ...]
+
+    def flat(self, column: str) -> str:
+        """The name of ``column`` among the view's input rows."""
+        return flat_name(self.alias, column)
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """``left [INNER|LEFT] JOIN right ON left.l1 = right.r1 AND …``."""
+
+    kind: str  # "inner" or "left"
+    left: Side
+    right: Side
+    #: (left column, right column) pairs of the equi-join, in ON order.
+    on: tuple[tuple[str, str], ...]
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return (self.left, self.right)
+
+    def keys(self, side: Side) -> tuple[str, ...]:
+        """``side``'s join columns, in ON order."""
+        return tuple(pair[0 if side is self.left else 1] for pair in self.on)
+
+
+def flat_name(alias: str, column: str) -> str:
+    return f"{alias}__{column}"
+
+
+@dataclass(frozen=True, slots=True)
 class ViewDefinition:
     """The parts of a view's SELECT (see the module docstring)."""
 
     name: str
     sql: str
-    #: The lake table read, ``db.table``.
+    #: The lake table read (a join view's left table), ``db.table``.
     table: str
+    #: Input-row columns (see the module docstring).
     groups: tuple[str, ...]
     outputs: tuple[Output, ...]
-    #: The WHERE condition in Spark SQL over unqualified columns; None without one.
+    #: The WHERE condition in Spark SQL over input-row columns; None without one.
     where: str | None
+    #: The aggregate in Spark SQL over :data:`INPUT` (the input rows), without hidden columns.
+    flat_sql: str
+    join: Join | None = None
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every lake table the view reads, the FROM table first."""
+        return (self.table,) if self.join is None else (self.table, self.join.right.table)
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:
@@ -72,7 +126,7 @@ class ViewDefinition:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The base-table columns the view reads: keys, aggregate inputs, WHERE columns."""
+        """The input-row columns the view reads: keys, aggregate inputs, WHERE columns."""
         seen = dict.fromkeys(self.groups)
         seen.update(dict.fromkeys(a.column for a in self.aggregates if a.column))
         if self.where:
@@ -107,7 +161,6 @@ def parse_view(name: str, sql: str) -> ViewDefinition:
     if not isinstance(tree, exp.Select):
         raise ViewDefinitionError(f"view {name}: a view is one SELECT")
     for node, what in (
-        (tree.args.get("joins"), "a join"),
         (tree.args.get("distinct"), "DISTINCT"),
         (tree.args.get("having"), "HAVING"),
         (tree.args.get("order"), "ORDER BY"),
@@ -120,9 +173,11 @@ def parse_view(name: str, sql: str) -> ViewDefinition:
         raise ViewDefinitionError(f"view {name}: a window function is not maintained")
     if any(isinstance(s, exp.Subquery) or s is not tree for s in tree.find_all(exp.Select)):
         raise ViewDefinitionError(f"view {name}: a subquery is not maintained")
-    table = _table(name, tree)
-    groups = _groups(name, tree)
-    outputs = tuple(_output(name, item, groups) for item in tree.expressions)
+    table, alias = _table(name, tree)
+    join = _join(name, tree, table, alias) if tree.args.get("joins") else None
+    flat = _flat(name, tree, join)
+    groups = _groups(name, flat)
+    outputs = tuple(_output(name, item, groups) for item in flat.expressions)
     if not groups:
         raise ViewDefinitionError(
             f"view {name}: GROUP BY is required (its columns are the view's key)"
@@ -131,8 +186,9 @@ def parse_view(name: str, sql: str) -> ViewDefinition:
         raise ViewDefinitionError(f"view {name}: no aggregate (COUNT, SUM, MIN, MAX)")
     missing = [g for g in groups if g not in {o.group for o in outputs}]
     if missing:
+        shown = ", ".join(_shown(g, join) for g in missing)
         raise ViewDefinitionError(
-            f"view {name}: GROUP BY column(s) {', '.join(missing)} must be selected too "
+            f"view {name}: GROUP BY column(s) {shown} must be selected too "
             "(they are the view's key)"
         )
     aliases = [o.alias for o in outputs]
@@ -140,29 +196,138 @@ def parse_view(name: str, sql: str) -> ViewDefinition:
         raise ViewDefinitionError(f"view {name}: two output columns share a name")
     if any(a.startswith("_tl_") or a.startswith("_hoodie") for a in aliases):
         raise ViewDefinitionError(f"view {name}: output names _tl_* and _hoodie* are reserved")
-    where_node = tree.args.get("where")
+    where_node = flat.args.get("where")
     where = None
     if where_node is not None:
-        condition = where_node.this.copy()
-        if condition.find(exp.AggFunc):
+        if where_node.this.find(exp.AggFunc):
             raise ViewDefinitionError(f"view {name}: an aggregate in WHERE")
-        for column in condition.find_all(exp.Column):
-            column.set("table", None)
-        where = condition.sql(dialect=DIALECT)
-    return ViewDefinition(name, sql, table, groups, outputs, where)
+        where = where_node.this.sql(dialect=DIALECT)
+    if join is not None:
+        join = _with_columns(join, flat)
+    return ViewDefinition(name, sql, table, groups, outputs, where, flat.sql(dialect=DIALECT), join)
 
 
-def _table(name: str, tree: exp.Select) -> str:
+#: The name the input rows go by in :attr:`ViewDefinition.flat_sql`.
+INPUT = "tl_view_input"
+
+
+def _flat(name: str, tree: exp.Select, join: Join | None) -> exp.Select:
+    """The SELECT over :data:`INPUT`: columns unqualified (one table) or named
+    ``<alias>__<column>`` (a join), a bare output column keeping its name."""
+    flat = tree.copy()
+    flat.set("joins", None)
+    for item in list(flat.expressions):
+        if isinstance(item, exp.Column) and join is not None:
+            item.replace(exp.alias_(item.copy(), item.name))
+    aliases = {} if join is None else {s.alias: s for s in join.sides}
+    for column in flat.find_all(exp.Column):
+        if join is not None:
+            side = aliases.get(column.table)
+            if side is None:
+                raise ViewDefinitionError(
+                    f"view {name}: write {column.sql(dialect=DIALECT)} with its table's alias "
+                    f"({' or '.join(sorted(aliases))}): a join view names every column's table"
+                )
+            column.set("this", exp.to_identifier(side.flat(column.name)))
+        column.set("table", None)
+        column.set("db", None)
+    next(flat.find_all(exp.Table)).replace(exp.to_table(INPUT))
+    return flat
+
+
+def _join(name: str, tree: exp.Select, left_table: str, left_alias: str) -> Join:
+    joins = tree.args["joins"]
+    if len(joins) != 1:
+        raise ViewDefinitionError(f"view {name}: one join at most is maintained")
+    node = joins[0]
+    side, kind = (node.side or "").upper(), (node.kind or "").upper()
+    if node.args.get("method") or node.args.get("using") or kind in ("CROSS", "SEMI", "ANTI"):
+        raise ViewDefinitionError(
+            f"view {name}: only an INNER or LEFT join ON equal columns is maintained"
+        )
+    if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
+        raise ViewDefinitionError(
+            f"view {name}: a {side or kind} join is not maintained (INNER or LEFT)"
+        )
+    right = node.this
+    if not isinstance(right, exp.Table) or not right.db:
+        raise ViewDefinitionError(
+            f"view {name}: JOIN names one lake table with its database (db.table)"
+        )
+    right_table = names.table_id(right.db, right.name)
+    right_alias = right.alias or right.name
+    if right_table == left_table:
+        raise ViewDefinitionError(f"view {name}: a table joined to itself is not maintained")
+    if right_alias == left_alias:
+        raise ViewDefinitionError(f"view {name}: give the two tables different aliases")
+    on = node.args.get("on")
+    if on is None:
+        raise ViewDefinitionError(f"view {name}: a join needs ON (equal columns)")
+    pairs = []
+    conditions: list[Any] = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    for condition in conditions:
+        sides = _equal_columns(condition)
+        if sides is None:
+            raise ViewDefinitionError(
+                f"view {name}: ON {condition.sql(dialect=DIALECT)} is not maintained: ON "
+                "compares columns of the two tables for equality, joined by AND"
+            )
+        by_alias = {c.table: c.name for c in sides}
+        if set(by_alias) != {left_alias, right_alias}:
+            raise ViewDefinitionError(
+                f"view {name}: ON {condition.sql(dialect=DIALECT)} must compare a column of "
+                f"{left_alias} with one of {right_alias}"
+            )
+        pairs.append((str(by_alias[left_alias]), str(by_alias[right_alias])))
+    left = Side(left_table, left_alias, ())
+    joined = Side(right_table, right_alias, ())
+    return Join("left" if side == "LEFT" else "inner", left, joined, tuple(pairs))
+
+
+def _equal_columns(condition: exp.Expression) -> tuple[exp.Column, exp.Column] | None:
+    if not isinstance(condition, exp.EQ):
+        return None
+    a, b = condition.this, condition.expression
+    if isinstance(a, exp.Column) and isinstance(b, exp.Column) and a.table and b.table:
+        return (a, b)
+    return None
+
+
+def _with_columns(join: Join, flat: exp.Select) -> Join:
+    """``join`` with each side's columns: its join columns, then the others the view reads."""
+    used = [c.name for c in flat.find_all(exp.Column)]
+    sides = []
+    for side in join.sides:
+        wanted = dict.fromkeys(join.keys(side))
+        prefix = flat_name(side.alias, "")
+        wanted.update(dict.fromkeys(u[len(prefix) :] for u in used if u.startswith(prefix)))
+        sides.append(Side(side.table, side.alias, tuple(wanted)))
+    return Join(join.kind, sides[0], sides[1], join.on)
+
+
+def _shown(column: str, join: Join | None) -> str:
+    """An input-row column as the SQL wrote it."""
+    if join is not None:
+        for side in join.sides:
+            prefix = flat_name(side.alias, "")
+            if column.startswith(prefix):
+                return f"{side.alias}.{column[len(prefix) :]}"
+    return column
+
+
+def _table(name: str, tree: exp.Select) -> tuple[str, str]:
+    """The FROM table (``db.table``) and the qualifier of its columns."""
     source = tree.args.get("from_") or tree.args.get("from")
     tables = list(tree.find_all(exp.Table))
-    if source is None or len(tables) != 1 or not isinstance(source.this, exp.Table):
+    expected = 1 + len(tree.args.get("joins") or ())
+    if source is None or len(tables) != expected or not isinstance(source.this, exp.Table):
         raise ViewDefinitionError(f"view {name}: FROM names exactly one lake table (db.table)")
-    table = tables[0]
+    table = source.this
     if not table.db:
         raise ViewDefinitionError(
             f"view {name}: name the table with its database (db.{table.name})"
         )
-    return names.table_id(table.db, table.name)
+    return names.table_id(table.db, table.name), table.alias or table.name
 
 
 def _column_name(name: str, node: exp.Expression, where: str) -> str:
@@ -220,40 +385,48 @@ def nonnull_column(aggregate: Aggregate) -> str:
 
 
 def state_sql(view: ViewDefinition, table: str) -> str:
-    """The view's SELECT over ``table`` (a name in the session) instead of its lake table,
+    """The view's aggregate over ``table`` (a name in the session holding its input rows),
     with the hidden columns added: what a full recomputation of the view table runs."""
-    tree = sqlglot.parse_one(view.sql, read=DIALECT)
+    tree = sqlglot.parse_one(view.flat_sql, read=DIALECT)
     assert isinstance(tree, exp.Select)
-    source = next(tree.find_all(exp.Table))
-    alias = source.alias
-    source.replace(
-        exp.to_table(table, dialect=DIALECT).as_(alias) if alias else exp.to_table(table)
-    )
+    next(tree.find_all(exp.Table)).replace(exp.to_table(table, dialect=DIALECT))
     extra = [f"COUNT(*) AS {ROWS}"] + [
-        f"COUNT(`{a.column}`) AS {nonnull_column(a)}" for a in view.aggregates if a.column
+        f"COUNT({_quoted(a.column)}) AS {nonnull_column(a)}" for a in view.aggregates if a.column
     ]
     return tree.select(*extra, dialect=DIALECT, copy=False).sql(dialect=DIALECT)
 
 
-def follow_renames(view: ViewDefinition, renamed: Mapping[str, str]) -> ViewDefinition:
-    """The view over its table after column renames (``renamed``: name in the definition →
-    name now), as PostgreSQL keeps a view over a renamed column: the output columns keep their
-    names, the definition reads the new ones."""
-    if not renamed:
+def _quoted(column: str) -> str:
+    return exp.column(column, quoted=True).sql(dialect=DIALECT)
+
+
+#: Per lake table (``db.table``): its columns renamed since the definition was written, the
+#: definition's name → the name now.
+Renames = Mapping[str, Mapping[str, str]]
+
+
+def follow_renames(view: ViewDefinition, renamed: Renames) -> ViewDefinition:
+    """The view over its tables after column renames, as PostgreSQL keeps a view over a
+    renamed column: the output columns keep their names, the definition reads the new ones."""
+    if not any(renamed.values()):
         return view
     tree = sqlglot.parse_one(view.sql, read=DIALECT)
     assert isinstance(tree, exp.Select)
+    by_alias = {} if view.join is None else {s.alias: s.table for s in view.join.sides}
+
+    def now(column: exp.Column) -> str | None:
+        table = view.table if view.join is None else by_alias.get(column.table, "")
+        return renamed.get(table, {}).get(column.name)
+
     for item in list(tree.expressions):
-        if isinstance(item, exp.Column) and item.name in renamed:
+        if isinstance(item, exp.Column) and now(item):
             item.replace(exp.alias_(item.copy(), item.name))
-    for column in tree.find_all(exp.Column):
-        if column.name in renamed:
+    for column in list(tree.find_all(exp.Column)):
+        new = now(column)
+        if new:
             # A name from the source's DDL: always a quoted identifier in the SQL.
-            column.set("this", exp.to_identifier(renamed[column.name], quoted=True))
-    followed = parse_view(view.name, tree.sql(dialect=DIALECT))
-    return ViewDefinition(
-        view.name, followed.sql, view.table, followed.groups, followed.outputs, followed.where
-    )
+            column.set("this", exp.to_identifier(new, quoted=True))
+    return parse_view(view.name, tree.sql(dialect=DIALECT))
 
 
 def compose_renames(held: Mapping[str, str], renames: Sequence[tuple[str, str]]) -> dict[str, str]:

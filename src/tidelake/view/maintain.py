@@ -36,11 +36,27 @@ import structlog
 from tidelake.config import Config
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.jvm_errors import describe_error
-from tidelake.lake.store import CDC_PROPERTY, completed_instants, hoodie_properties
-from tidelake.view.changes import UnreadableRangeError, plan_range, read_changes, renames_after
+from tidelake.lake.store import (
+    CDC_PROPERTY,
+    CompletedInstant,
+    completed_instants,
+    hoodie_properties,
+)
+from tidelake.view.changes import (
+    ChangeRange,
+    SignedImages,
+    UnreadableRangeError,
+    plan_range,
+    read_changes,
+    renames_after,
+)
 from tidelake.view.definition import (
+    INPUT,
     KEY,
     ROWS,
+    Join,
+    Renames,
+    Side,
     ViewDefinition,
     ViewDefinitionError,
     compose_renames,
@@ -57,7 +73,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidelake.view")
 
 DELETED = "_hoodie_is_deleted"
-_BASE = "tl_view_base"
+RECORD_KEY = "_hoodie_record_key"
 _NET = "_tl_net"
 #: The base-table commits whose metadata a view reads: rewrites record column renames.
 REWRITES = ("replacecommit",)
@@ -119,8 +135,8 @@ class ViewMaintainer:
             raise ViewDefinitionError(f"view {name} is a {view.kind} view, not an aggregate")
         return parse_view(name, view.sql)
 
-    def base_path(self, view: ViewDefinition) -> str:
-        return table_path(self.config.lake_root, *split_table_id(view.table))
+    def base_path(self, table: str) -> str:
+        return table_path(self.config.lake_root, *split_table_id(table))
 
     # -- running
 
@@ -144,68 +160,77 @@ class ViewMaintainer:
             return StepResult(name, "paused")
         defined = self.definition(name)
         table = ViewTable(self.config, self.spark, name)
-        base = self.base_path(defined)
-        instants = completed_instants(self.spark, base, metadata_of=REWRITES)
+        instants = {
+            t: completed_instants(self.spark, self.base_path(t), metadata_of=REWRITES)
+            for t in defined.tables
+        }
         exists = table.exists()
-        if not instants and exists:
+        absent = [t for t, held in instants.items() if not held]
+        if absent and exists:
             return StepResult(
                 name,
                 "failed",
-                reason=f"{defined.table} no longer exists (dropped or renamed): the view holds "
-                "its rows as of its last update",
+                reason=f"{', '.join(absent)} no longer exists (dropped or renamed): the view "
+                "holds its rows as of its last update",
             )
-        if not instants:
-            return StepResult(name, "waiting", reason=f"{defined.table} has no commit yet")
+        if absent:
+            return StepResult(name, "waiting", reason=f"{', '.join(absent)} has no commit yet")
         checkpoint = table.checkpoint() if exists else None
         if checkpoint is None:
             return self._rebuild(defined, table, "the view table is new", {})
         if checkpoint.definition != defined.fingerprint:
             return self._rebuild(defined, table, "the definition changed", {})
-        after = checkpoint.base.get(defined.table)
-        if hoodie_properties(self.spark, base).get(CDC_PROPERTY) != "true":
-            return self._rebuild(
-                defined, table, f"{defined.table} keeps no change log", checkpoint.renamed
-            )
+        for base in defined.tables:
+            if hoodie_properties(self.spark, self.base_path(base)).get(CDC_PROPERTY) != "true":
+                return self._rebuild(
+                    defined, table, f"{base} keeps no change log", checkpoint.renamed
+                )
         try:
-            span = plan_range(
-                defined.table,
-                base,
-                instants,
-                after,
-                retained_commits=self.config.lake.table_services.clean_retain_commits,
-            )
+            spans = {
+                t: plan_range(
+                    t,
+                    self.base_path(t),
+                    instants[t],
+                    checkpoint.base.get(t),
+                    retained_commits=self.config.lake.table_services.clean_retain_commits,
+                )
+                for t in defined.tables
+            }
         except UnreadableRangeError as exc:
-            renamed = compose_renames(checkpoint.renamed, renames_after(instants, after))
-            return self._rebuild(defined, table, str(exc), renamed)
-        if span is None:
+            return self._rebuild(defined, table, str(exc), _renames_since(checkpoint, instants))
+        if all(span is None for span in spans.values()):
             return StepResult(name, "current", checkpoint=checkpoint)
         view = follow_renames(defined, checkpoint.renamed)
-        snapshot = self._snapshot(base, span.through)
+        through = {t: span.through if span else checkpoint.base[t] for t, span in spans.items()}
+        snapshots = {t: self._snapshot(self.base_path(t), through[t]) for t in view.tables}
         try:
-            images = read_changes(self.spark, span, snapshot.schema, view.columns)
+            only = spans[view.table]
+            if view.join is None and only is not None:
+                images = read_changes(self.spark, only, snapshots[view.table].schema, view.columns)
+                records = images.records
+                signed = self._signed(snapshots[view.table], images)
+            else:
+                signed, records = self._join_changes(view, spans, snapshots, checkpoint.base)
         except UnreadableRangeError as exc:
             return self._rebuild(defined, table, str(exc), checkpoint.renamed)
-        new = ViewCheckpoint(
-            defined.fingerprint, {view.table: span.through}, now_ms(), "step", checkpoint.renamed
-        )
-        schema = self._table_schema(view, snapshot)
-        rows, recomputed = self._apply(
-            view, table, snapshot, schema.fieldNames(), images.columns, images.rows
-        )
+        new = ViewCheckpoint(defined.fingerprint, through, now_ms(), "step", checkpoint.renamed)
+        rows_in = self._input(view, snapshots)
+        schema = self._table_schema(view, rows_in)
+        rows, recomputed = self._apply(view, table, rows_in, schema.fieldNames(), signed)
         # No view row changed: the commit still moves the checkpoint on.
         table.write(self.spark.createDataFrame(rows, schema), new, rebuild=False)
         log.info(
             "view step",
             view=name,
-            records=images.records,
+            records=records,
             groups=len(rows),
             recomputed=recomputed,
-            through=span.through,
+            through=through,
         )
         return StepResult(
             name,
             "step",
-            records=images.records,
+            records=records,
             groups=len(rows),
             recomputed=recomputed,
             checkpoint=new,
@@ -227,33 +252,46 @@ class ViewMaintainer:
         started = time.monotonic()
         view = self.definition(name)
         table = ViewTable(self.config, self.spark, name)
-        if not completed_instants(self.spark, self.base_path(view), metadata_of=()):
-            return StepResult(name, "waiting", reason=f"{view.table} has no commit yet")
+        for base in view.tables:
+            if not completed_instants(self.spark, self.base_path(base), metadata_of=()):
+                return StepResult(name, "waiting", reason=f"{base} has no commit yet")
         held = table.checkpoint() if table.exists() else None
-        renamed: dict[str, str] = {}
+        renamed: dict[str, dict[str, str]] = {}
         if held is not None and held.definition == view.fingerprint:
-            after = held.base.get(view.table)
-            instants = completed_instants(self.spark, self.base_path(view), metadata_of=REWRITES)
-            renamed = compose_renames(held.renamed, renames_after(instants, after))
+            instants = {
+                t: completed_instants(self.spark, self.base_path(t), metadata_of=REWRITES)
+                for t in view.tables
+            }
+            renamed = _renames_since(held, instants)
         result = self._rebuild(view, table, reason, renamed)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
     def _rebuild(
-        self, defined: ViewDefinition, table: ViewTable, reason: str, renamed: Mapping[str, str]
+        self, defined: ViewDefinition, table: ViewTable, reason: str, renamed: Renames
     ) -> StepResult:
         from pyspark.sql import functions as F  # noqa: N812
 
         view = follow_renames(defined, renamed)
-        base = self.base_path(view)
-        through = completed_instants(self.spark, base, metadata_of=())[-1].completed
-        snapshot = self._snapshot(base, through)
+        through = {
+            t: completed_instants(self.spark, self.base_path(t), metadata_of=())[-1].completed
+            for t in view.tables
+        }
+        snapshots = {t: self._snapshot(self.base_path(t), through[t]) for t in view.tables}
         # Written from Spark as computed: a view of millions of groups never passes Python.
-        state = self._state(view, snapshot).withColumn(DELETED, F.lit(False)).cache()
+        state = (
+            self._state(view, self._input(view, snapshots))
+            .withColumn(DELETED, F.lit(False))
+            .cache()
+        )
         try:
             count = state.count()
             checkpoint = ViewCheckpoint(
-                defined.fingerprint, {view.table: through}, now_ms(), "rebuild", dict(renamed)
+                defined.fingerprint,
+                through,
+                now_ms(),
+                "rebuild",
+                {t: dict(r) for t, r in renamed.items() if r},
             )
             table.write(state, checkpoint, rebuild=True)
         finally:
@@ -278,11 +316,82 @@ class ViewMaintainer:
         """The base table as of the commit completed at ``through``."""
         return self.spark.read.format("hudi").option("as.of.instant", through).load(base)
 
-    def _state(self, view: ViewDefinition, snapshot: DataFrame) -> DataFrame:
-        """The full state rows of the view over ``snapshot`` (with ``_tl_key``)."""
+    def _input(self, view: ViewDefinition, snapshots: Mapping[str, DataFrame]) -> DataFrame:
+        """The view's input rows over ``snapshots`` (``db.table`` → its rows): the base
+        table's rows, or the joined rows (``definition.Join``)."""
+        if view.join is None:
+            return snapshots[view.table]
+        return _joined(view.join, snapshots)
 
-        snapshot.createOrReplaceTempView(_BASE)
-        state = self._run_definition(state_sql(view, _BASE))
+    def _join_changes(
+        self,
+        view: ViewDefinition,
+        spans: Mapping[str, ChangeRange | None],
+        snapshots: Mapping[str, DataFrame],
+        held: Mapping[str, str],
+    ) -> tuple[DataFrame | None, int]:
+        """The signed input rows of a join view over the step, and the change records read.
+
+        A joined row changes only if a row of either side with its join key changed. So the
+        join keys the change logs name (before and after images) pick the rows of both sides
+        with those keys, as of the view's checkpoint and as of the step's commits; their
+        joins, the old taken away and the new added, are the change of the input rows."""
+        from pyspark.sql import functions as F  # noqa: N812
+        from pyspark.sql.types import StructField, StructType
+
+        assert view.join is not None
+        join = view.join
+        changed: list[tuple[Side, DataFrame]] = []
+        records = 0
+        for side in join.sides:
+            span = spans[side.table]
+            if span is None:
+                continue
+            columns = join.keys(side)
+            snapshot = snapshots[side.table]
+            images = read_changes(self.spark, span, snapshot.schema, columns)
+            records += images.records
+            keys = sorted({r[:-1] for r in images.rows}, key=repr)
+            if keys:
+                types = {f.name: f.dataType for f in snapshot.schema.fields}
+                schema = StructType([StructField(c, types[c], True) for c in columns])
+                changed.append((side, self.spark.createDataFrame(keys, schema)))
+        if not changed:
+            return None, records
+
+        def picked(snapshot: DataFrame, side: Side) -> DataFrame:
+            parts = []
+            for other, keys in changed:
+                on = [
+                    snapshot[mine].eqNullSafe(keys[theirs])
+                    for mine, theirs in zip(join.keys(side), join.keys(other), strict=True)
+                ]
+                parts.append(snapshot.join(F.broadcast(keys), on, "left_semi"))
+            rows = parts[0]
+            for part in parts[1:]:
+                rows = rows.unionByName(part)
+            return rows.dropDuplicates([RECORD_KEY]) if len(parts) > 1 else rows
+
+        before: dict[str, DataFrame] = {}
+        after: dict[str, DataFrame] = {}
+        for side in join.sides:
+            now = snapshots[side.table]
+            then = now
+            if spans[side.table] is not None:
+                then = _as_typed(
+                    self._snapshot(self.base_path(side.table), held[side.table]), now, side
+                )
+            before[side.table] = picked(then, side)
+            after[side.table] = picked(now, side)
+        old = _joined(join, before).withColumn(_NET, F.lit(-1))
+        new = _joined(join, after).withColumn(_NET, F.lit(1))
+        return old.unionByName(new), records
+
+    def _state(self, view: ViewDefinition, rows: DataFrame) -> DataFrame:
+        """The full state rows of the view over its input ``rows`` (with ``_tl_key``)."""
+
+        rows.createOrReplaceTempView(INPUT)
+        state = self._run_definition(state_sql(view, INPUT))
         return state.select(_key(view.group_outputs), *state.columns)
 
     def _run_definition(self, sql: str) -> DataFrame:
@@ -291,34 +400,40 @@ class ViewMaintainer:
         identifiers only (``definition.follow_renames``)."""
         return self.spark.sql(sql)
 
-    def _table_schema(self, view: ViewDefinition, snapshot: DataFrame) -> Any:
+    def _table_schema(self, view: ViewDefinition, rows: DataFrame) -> Any:
         from pyspark.sql.types import BooleanType, StructField, StructType
 
-        schema = self._state(view, snapshot).schema
+        schema = self._state(view, rows).schema
         return StructType([*schema.fields, StructField(DELETED, BooleanType(), False)])
+
+    def _signed(self, snapshot: DataFrame, images: SignedImages) -> DataFrame | None:
+        """A single-table view's signed images as rows (None: there are none)."""
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        if not images.rows:
+            return None
+        types = {f.name: f.dataType for f in snapshot.schema.fields}
+        schema = StructType(
+            [StructField(c, types[c], True) for c in images.columns]
+            + [StructField(_NET, IntegerType(), False)]
+        )
+        return self.spark.createDataFrame(images.rows, schema)
 
     def _apply(
         self,
         view: ViewDefinition,
         table: ViewTable,
-        snapshot: DataFrame,
+        rows_in: DataFrame,
         state_fields: list[str],
-        columns: tuple[str, ...],
-        images: list[tuple[Any, ...]],
+        signed: DataFrame | None,
     ) -> tuple[list[tuple[Any, ...]], int]:
-        """The view rows the images change (deleted ones flagged), and how many groups were
-        recomputed from the base table."""
+        """The view rows the signed input rows change (deleted ones flagged), and how many
+        groups were recomputed from the input rows."""
         from pyspark.sql import functions as F  # noqa: N812
-        from pyspark.sql.types import IntegerType, StructField, StructType
 
-        if not images:
+        if signed is None:
             return [], 0
-        types = {f.name: f.dataType for f in snapshot.schema.fields}
-        schema = StructType(
-            [StructField(c, types[c], True) for c in columns]
-            + [StructField(_NET, IntegerType(), False)]
-        )
-        signed = self.spark.createDataFrame(images, schema)
+        columns = view.columns
         if view.where:  # per image: a row moving into or out of the condition counts
             signed = signed.where(F.expr(view.where))
         delta_df = _netted(signed, columns).groupBy(*view.groups).agg(*_delta_columns(view))
@@ -360,30 +475,30 @@ class ViewMaintainer:
             else:
                 out.append(tuple(merged.get(f) for f in state_fields))
         if recompute:
-            out += self._recompute(view, snapshot, recompute, state_fields, stored)
+            out += self._recompute(view, rows_in, recompute, state_fields, stored)
         return [r for r in out if r is not None], len(recompute)
 
     def _recompute(
         self,
         view: ViewDefinition,
-        snapshot: DataFrame,
+        rows_in: DataFrame,
         groups: list[Any],
         fields: list[str],
         stored: dict[Any, dict[str, Any]],
     ) -> list[tuple[Any, ...] | None]:
-        """Groups read again from the base table as of the step's commit (an extreme gone)."""
+        """Groups read again from the input rows as of the step's commits (an extreme gone)."""
         from pyspark.sql import functions as F  # noqa: N812
-
-        types = {f.name: f.dataType for f in snapshot.schema.fields}
         from pyspark.sql.types import StructField, StructType
+
+        types = {f.name: f.dataType for f in rows_in.schema.fields}
 
         keys = self.spark.createDataFrame(
             [tuple(g[c] for c in view.groups) for g in groups],
             StructType([StructField(c, types[c], True) for c in view.groups]),
         )
         # NULL-safe on the group columns: a NULL key is a group like any other.
-        condition = [snapshot[c].eqNullSafe(keys[c]) for c in view.groups]
-        picked = snapshot.join(F.broadcast(keys), condition, "left_semi")
+        condition = [rows_in[c].eqNullSafe(keys[c]) for c in view.groups]
+        picked = rows_in.join(F.broadcast(keys), condition, "left_semi")
         fresh = {r[KEY]: r.asDict() for r in self._state(view, picked).collect()}
         out: list[tuple[Any, ...] | None] = []
         for group in groups:
@@ -393,6 +508,55 @@ class ViewMaintainer:
             else:
                 out.append(tuple(row.get(f, False if f == DELETED else None) for f in fields))
         return out
+
+
+def _renames_since(
+    held: ViewCheckpoint, instants: Mapping[str, Sequence[CompletedInstant]]
+) -> dict[str, dict[str, str]]:
+    """Per base table, the renames ``held`` knows composed with those committed since."""
+    return {
+        t: compose_renames(held.renamed.get(t, {}), renames_after(found, held.base.get(t)))
+        for t, found in instants.items()
+    }
+
+
+def _column(name: str) -> Column:
+    """A column by its name as stored, whatever characters the source gave it."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _joined(join: Join, tables: Mapping[str, DataFrame]) -> DataFrame:
+    """The join's input rows over ``tables`` (``db.table`` → rows): each side's columns the
+    view reads, named ``<alias>__<column>``."""
+    left, right = (
+        tables[side.table].select(*(_column(c).alias(side.flat(c)) for c in side.columns))
+        for side in join.sides
+    )
+    on = [left[join.left.flat(mine)] == right[join.right.flat(theirs)] for mine, theirs in join.on]
+    return left.join(right, on, "left" if join.kind == "left" else "inner")
+
+
+def _as_typed(then: DataFrame, now: DataFrame, side: Side) -> DataFrame:
+    """``then`` (a side as of the view's checkpoint) with the columns the view reads in the
+    types they have ``now``; a column it does not have yet cannot be compared."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    types = {f.name: f.dataType for f in now.schema.fields}
+    held = {f.name: f.dataType for f in then.schema.fields}
+    missing = [c for c in side.columns if c not in held]
+    if missing:
+        raise UnreadableRangeError(
+            f"{side.table} had no column {', '.join(missing)} at the view's checkpoint"
+        )
+    return then.select(
+        F.col(RECORD_KEY),
+        *(
+            _column(c).cast(types[c]).alias(c) if held[c] != types[c] else _column(c)
+            for c in side.columns
+        ),
+    )
 
 
 def _key(columns: Sequence[str]) -> Column:
@@ -448,9 +612,14 @@ def _merge(
         if a.func == "count":
             new[a.alias] = count
         elif a.func == "sum":
-            total = old.get(a.alias)
-            step = change[f"d_sum_{a.alias}"]
-            new[a.alias] = None if count == 0 else (total if total is not None else 0) + (step or 0)
+            total, step = old.get(a.alias), change[f"d_sum_{a.alias}"]
+            if count == 0:
+                new[a.alias] = None
+            elif total is None and step is None:
+                return None  # values counted but none summed: read the group again
+            else:
+                # A zero is a value (Decimal("0.00") is falsy): only None means no sum.
+                new[a.alias] = step if total is None else total if step is None else total + step
         else:
             current, added, gone = (
                 old.get(a.alias),
@@ -496,13 +665,14 @@ def verify_view(maintainer: ViewMaintainer, name: str) -> VerifyResult:
     defined = maintainer.definition(name)
     table = ViewTable(maintainer.config, maintainer.spark, name)
     checkpoint = table.checkpoint() if table.exists() else None
-    if checkpoint is None or defined.table not in checkpoint.base:
+    if checkpoint is None or any(t not in checkpoint.base for t in defined.tables):
         raise ViewDefinitionError(f"view {name} has not been built yet (tidelake view run)")
     view = follow_renames(defined, checkpoint.renamed)
-    through = checkpoint.base[view.table]
-    snapshot = maintainer._snapshot(maintainer.base_path(view), through)
+    snapshots = {
+        t: maintainer._snapshot(maintainer.base_path(t), checkpoint.base[t]) for t in view.tables
+    }
     visible = [o.alias for o in view.outputs]
-    expected = maintainer._state(view, snapshot).select(*visible).cache()
+    expected = maintainer._state(view, maintainer._input(view, snapshots)).select(*visible).cache()
     actual = table.read().select(*visible).cache()
     try:
         return VerifyResult(

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 CHECKPOINT_KEY = f"{COMMIT_META_PREFIX}view"
 CATALOG_DATABASE = "views"
-_VERSION = 1
+_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class ViewCheckpoint:
     at_ms: int
     #: How the commit came about: "rebuild" or "step".
     kind: str
-    #: Columns of the base table renamed since the definition was written: its name → now.
-    renamed: Mapping[str, str] = field(default_factory=dict)
+    #: Per base table, its columns renamed since the definition was written: name → now.
+    renamed: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return orjson.dumps(
@@ -60,21 +60,25 @@ class ViewCheckpoint:
                 "base": dict(self.base),
                 "at_ms": self.at_ms,
                 "kind": self.kind,
-                "renamed": dict(self.renamed),
+                "renamed": {t: dict(r) for t, r in self.renamed.items() if r},
             }
         ).decode()
 
     @classmethod
     def from_json(cls, text: str) -> ViewCheckpoint:
         body = orjson.loads(text)
-        if body.get("version") != _VERSION:
-            raise ValueError(f"unsupported view checkpoint version {body.get('version')!r}")
+        version = body.get("version")
+        if version not in (1, _VERSION):
+            raise ValueError(f"unsupported view checkpoint version {version!r}")
+        renamed = body.get("renamed") or {}
+        if version == 1 and renamed:  # one base table, its renames held flat
+            renamed = {next(iter(body["base"])): renamed}
         return cls(
             body["definition"],
             dict(body["base"]),
             int(body["at_ms"]),
             body["kind"],
-            dict(body.get("renamed") or {}),
+            {t: dict(r) for t, r in renamed.items()},
         )
 
 

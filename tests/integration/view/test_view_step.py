@@ -196,7 +196,7 @@ def test_the_view_follows_a_renamed_column(views: tuple[Lake, ViewMaintainer]) -
     rebuilt = m.step("activity")
     assert rebuilt.outcome == "rebuild", rebuilt
     assert rebuilt.checkpoint is not None
-    assert dict(rebuilt.checkpoint.renamed) == {"amount": "total"}
+    assert dict(rebuilt.checkpoint.renamed) == {"shop.orders": {"amount": "total"}}
     values = {"customer_id": "10", "status": "new", "total": "9.00"}
     lake.stage([event("update", 1, 5, 5, values=values, types=renamed)])
     lake.ingest()

@@ -77,3 +77,14 @@ def test_an_added_value_reaching_the_gone_extreme_is_the_new_one() -> None:
 def test_taking_away_rows_the_view_does_not_hold_is_read_again() -> None:
     assert _merge(VIEW, _change(-1, -1, "-1.00"), None) is None
     assert _merge(VIEW, _change(-4, -3, "-10.00"), STORED) is None
+
+
+def test_a_first_sum_of_zero_is_a_decimal_zero() -> None:
+    """A group whose values were all NULL gains a 0.00: its SUM is 0.00, not the int 0 (which
+    a DECIMAL column refuses) and not NULL."""
+    stored = STORED | {"total": None, "_tl_n_total": 0}
+    new = _merge(VIEW, _change(1, 1, "0.00", add_latest=7, add_first=7), stored)
+    assert new is not None
+    assert new["total"] == Decimal("0.00")
+    assert isinstance(new["total"], Decimal)
+    assert new["_tl_n_total"] == 1
