@@ -2,10 +2,12 @@
 ingest through the workload's deletes and schema changes and two kill -9 of the ingest — one
 while a round commits, one while the views update — then checked (docs/views.md).
 
-* ``customer_activity``: orders, spend and last order date per customer, an aggregate view
-  kept from the ``shop.orders`` change log. With ``--with-ddl`` its ``order_total`` is renamed
-  to ``total_amount`` and widened mid-stream: the view follows the rename and is rebuilt.
-  Checked against a full recomputation over the same base commit (``view verify``).
+* ``customer_activity``: every customer (``shop.customers`` LEFT JOIN ``shop.orders``) with its
+  orders, spend and last order date, an aggregate join view kept from both tables' change
+  logs: a customer without orders has 0 of them. With ``--with-ddl`` ``order_total`` is
+  renamed to ``total_amount`` and widened mid-stream, and ``customers`` gains and loses
+  columns: the view follows the rename and is rebuilt. Checked against a full recomputation
+  over the same base commits (``view verify``).
 * ``order_lifecycle``: every status each order passes through and the time it spent in each,
   kept from the rounds' events. Checked against a replay of the whole stream: every orders
   message read back from JetStream, decoded by the product's own decoder, and the states and
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 ACTIVITY = "customer_activity"
 LIFECYCLE = "order_lifecycle"
 ORDERS = f"{DATABASE}.orders"
+CUSTOMERS = f"{DATABASE}.customers"
 
 
 def settings(with_ddl: bool) -> dict[str, Any]:
@@ -39,10 +42,12 @@ def settings(with_ddl: bool) -> dict[str, Any]:
         "views": {
             ACTIVITY: {
                 "sql": (
-                    "SELECT customer_id, COUNT(*) AS orders, SUM(order_total) AS spend, "
-                    f"MAX(order_date) AS last_order FROM {ORDERS} GROUP BY customer_id"
+                    "SELECT c.id AS customer_id, c.name, COUNT(o.id) AS orders, "
+                    "SUM(o.order_total) AS spend, MAX(o.order_date) AS last_order "
+                    f"FROM {CUSTOMERS} c LEFT JOIN {ORDERS} o ON o.customer_id = c.id "
+                    "GROUP BY c.id, c.name"
                 ),
-                "description": "orders, spend and last order per customer",
+                "description": "orders, spend and last order of every customer",
             },
             LIFECYCLE: {
                 "kind": "lifecycle",
