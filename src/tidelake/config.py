@@ -1003,14 +1003,15 @@ class ViewConfig(_Model):
 
     kind: Literal["aggregate", "lifecycle"] = Field(
         "aggregate",
-        description="aggregate: a GROUP BY over one lake table (sql), kept from the table's "
-        "change log; lifecycle: the states each row of a table passes through (table, "
-        "state_column), from the changes as they are applied",
+        description="aggregate: a GROUP BY over one lake table or a join of two (sql), kept "
+        "from the tables' change logs; lifecycle: the states each row of a table passes "
+        "through (table, state_column), from the changes as they are applied",
     )
     sql: str | None = Field(
         None,
-        description="aggregate: SELECT over one lake table (db.table): plain columns in GROUP "
-        "BY, COUNT(*), COUNT/SUM/MIN/MAX of a column, an optional WHERE",
+        description="aggregate: SELECT over one lake table (db.table), or two joined by one "
+        "INNER or LEFT JOIN ON equal columns: plain columns in GROUP BY, COUNT(*), "
+        "COUNT/SUM/MIN/MAX of a column, an optional WHERE",
     )
     table: str | None = Field(None, description="lifecycle: the lake table (db.table)")
     state_column: str | None = Field(

@@ -115,7 +115,9 @@ def list_views(config: ConfigOption = None, json_out: JsonOption = False) -> Non
                     "view": name,
                     "kind": "aggregate",
                     "table": parsed.table,
-                    "key": list(parsed.groups),
+                    "tables": list(parsed.tables),
+                    "join": parsed.join.kind if parsed.join else None,
+                    "key": list(parsed.group_outputs),
                     "columns": [o.alias for o in parsed.outputs],
                     "paused": view.paused,
                     "error": None,
@@ -127,22 +129,26 @@ def list_views(config: ConfigOption = None, json_out: JsonOption = False) -> Non
             rows.append({"view": name, "error": str(exc), "sql": view.sql, "paused": view.paused})
     if json_out:
         print_json(rows)
-        return
+    else:
+        _print_list(rows)
+    if any(r["error"] for r in rows):
+        raise typer.Exit(1)
+
+
+def _print_list(rows: list[dict[str, Any]]) -> None:
     print_table(
         console,
         [Column("view", ident=True), Column("table"), Column("key"), Column("state")],
         [
             [
                 r["view"],
-                r.get("table", "-"),
+                ", ".join(r.get("tables") or [r.get("table") or "-"]),
                 ", ".join(r.get("key", [])),
                 r["error"] or ("paused" if r["paused"] else "kept"),
             ]
             for r in rows
         ],
     )
-    if any(r["error"] for r in rows):
-        raise typer.Exit(1)
 
 
 @view_app.command("status")
