@@ -138,6 +138,12 @@ def _event_subject(event: ChangeEvent) -> str:
 def _headers(item: Rejected, subject: str) -> dict[str, str]:
     event = item.event
     headers = dlq.dlq_headers(item.reason, subject, event.seq, 0)
-    headers["Nats-Msg-Id"] = f"tidelake-dlq-ingest-{event.seq}-{event.position.encode()}"
+    headers["Nats-Msg-Id"] = ingest_letter_id(event)
     headers[HEADER_STAGE] = "ingest"
     return headers
+
+
+def ingest_letter_id(event: ChangeEvent) -> str:
+    """The ``Nats-Msg-Id`` of the ingest's letter of ``event``: its stream sequence and
+    position (a replay of the stream leaves the event out by it: ``view/replay.py``)."""
+    return f"tidelake-dlq-ingest-{event.seq}-{event.position.encode()}"

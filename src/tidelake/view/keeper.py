@@ -26,8 +26,9 @@ from tidelake.config import Config
 from tidelake.events import ChangeEvent
 from tidelake.runtime import live_metrics as live
 from tidelake.runtime.durable import write_atomic
-from tidelake.view.lifecycle import LifecycleView
+from tidelake.view.lifecycle import DefinitionChangedError, LifecycleView
 from tidelake.view.maintain import StepResult, VerifyResult, ViewMaintainer
+from tidelake.view.replay import replay_table
 from tidelake.view.table import ViewTable, instant_seconds
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ class ViewKeeper:
             return StepResult(name, "paused")
         try:
             result = LifecycleView(self.config, self.maintainer.spark, name).apply(mine)
+        except DefinitionChangedError:  # its rows hold another column's history
+            return self.rebuild(name, "the definition changed")
         except Exception as exc:  # the view's own failure: reported, the lake goes on
             log.warning("lifecycle view step failed", view=name, error=str(exc)[:500])
             self._break(name, f"a round's events were not applied ({str(exc)[:500]})")
@@ -136,19 +139,29 @@ class ViewKeeper:
         write_atomic(
             path,
             f"{reason}; remove {ViewTable(self.config, self.maintainer.spark, name).path} "
-            "and this file to start a new history".encode(),
+            "and this file to start a new history, or rebuild it by replaying the stream "
+            "(tidelake view rebuild)".encode(),
         )
 
-    def rebuild(self, name: str) -> StepResult:
-        """Recompute view ``name`` and swap it in (an aggregate view only: a lifecycle view's
-        past is not in the lake)."""
-        if self.config.views[name].kind == "lifecycle":
-            return StepResult(
-                name,
-                "failed",
-                reason="a lifecycle view cannot be recomputed: past states are not in the lake",
-            )
-        return self.maintainer.rebuild_or_fail(name, "asked for (tidelake view rebuild)")
+    def rebuild(self, name: str, reason: str = "asked for (tidelake view rebuild)") -> StepResult:
+        """Recompute view ``name`` and swap it in: an aggregate view from its base tables, a
+        lifecycle view by replaying the stream (its past is not in the lake)."""
+        if self.config.views[name].kind != "lifecycle":
+            return self.maintainer.rebuild_or_fail(name, reason)
+        started = time.monotonic()
+        try:
+            view = LifecycleView(self.config, self.maintainer.spark, name)
+            through = view.through()
+            if through is None:
+                return StepResult(name, "waiting", reason=f"{view.base} has no commit yet")
+            result = view.rebuild(replay_table(self.config, view.base, through))
+            # The history is whole again: a view broken by a missed round goes on.
+            broken_path(self.config, name).unlink(missing_ok=True)
+        except Exception as exc:  # the view's own failure: reported, the lake goes on
+            log.warning("lifecycle rebuild failed", view=name, error=str(exc)[:500])
+            result = StepResult(name, "failed", reason=str(exc)[:2000])
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
 
     def verify(self, name: str) -> VerifyResult:
         """Compare view ``name`` with what the base table says it must hold."""

@@ -15,8 +15,11 @@ there now. Times are the source commit times of the changes (``commit_ts_ms``: T
 commitTs, the binlog's or WAL's commit time): when the transition committed at the source.
 
 History starts when the view is made: a row the table holds then, and that does not change
-in the view's first round, enters its state at that moment. Changing the definition cannot be
-recomputed from the lake (the past states are not in it), so it is refused.
+in the view's first round, enters its state at that moment. The lake cannot recompute the view
+(the past states are not in it), but the stream can: a rebuild replays the table's changes
+from the stream's first message (``view/replay.py``) and replaces the view table, its history
+then whole from the first change on. A changed definition, or a view broken by a round it
+missed, is rebuilt that way.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.store import read_checkpoint
 from tidelake.view.definition import KEY
 from tidelake.view.maintain import DELETED, StepResult, VerifyResult
+from tidelake.view.replay import Replayed
 from tidelake.view.table import ViewCheckpoint, ViewTable, instant_seconds, now_ms
 
 if TYPE_CHECKING:
@@ -51,6 +55,11 @@ STATE = "state"
 
 class LifecycleError(ValueError):
     """The events cannot be placed in a lifecycle (the reason says why)."""
+
+
+class DefinitionChangedError(LifecycleError):
+    """The view table was made for another table or state column: only a rebuild (by replay)
+    makes it this view."""
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -132,9 +141,8 @@ class LifecycleView:
         through = committed.checkpoint.seq
         held = self.table.checkpoint() if self.table.exists() else None
         if held is not None and held.definition != self.fingerprint:
-            raise LifecycleError(
-                f"view {self.name}: the definition changed; past states are not in the lake, "
-                "so the view cannot be recomputed: drop its table to start a new history"
+            raise DefinitionChangedError(
+                f"view {self.name}: the definition changed: rebuild it (tidelake view rebuild)"
             )
         done = int(held.base.get(self.base, 0)) if held is not None else 0
         mine = [e for e in events if e.table_id == self.base and e.op is not Op.DDL]
@@ -166,6 +174,50 @@ class LifecycleView:
             reason="" if held is not None else "the view table is new",
             records=len(todo),
             groups=len(changed),
+            checkpoint=checkpoint,
+        )
+
+    def through(self) -> int | None:
+        """The stream sequence the base table has committed (None: no commit yet)."""
+        committed = read_checkpoint(self.spark, self.base_path)
+        return None if committed is None else committed.checkpoint.seq
+
+    def rebuild(self, replayed: Replayed) -> StepResult:
+        """The view recomputed from the table's whole history as the stream holds it
+        (``view/replay.py``), replacing the view table in one ``insert_overwrite_table``
+        commit whose checkpoint is the replay's last sequence."""
+        through = self.through()
+        if through is None:
+            return StepResult(self.name, "waiting", reason=f"{self.base} has no commit yet")
+        if replayed.table != self.base or replayed.through != through:
+            raise LifecycleError(
+                f"view {self.name}: the replay of {replayed.table} reaches seq "
+                f"{replayed.through}, {self.base} has committed seq {through}"
+            )
+        pk, key_schema = self._key_fields()
+        rows = _Rows({})
+        for event in sorted(replayed.events, key=lambda e: e.seq):  # stream order
+            self._place(rows, event, pk)
+        seq = str(through)
+        checkpoint = ViewCheckpoint(self.fingerprint, {self.base: seq}, now_ms(), "rebuild")
+        changed = rows.changed()
+        df = self._typed(changed, self._schema(key_schema), pk, key_schema)
+        self.table.write(df, checkpoint, rebuild=True)
+        self.table.register()
+        log.info(
+            "lifecycle rebuilt by replay",
+            view=self.name,
+            events=len(replayed.events),
+            rows=len(changed),
+            seq=through,
+        )
+        return StepResult(
+            self.name,
+            "rebuild",
+            reason=f"replayed {replayed.messages} stream messages",
+            records=len(replayed.events),
+            groups=len(changed),
+            rows=len(changed),
             checkpoint=checkpoint,
         )
 
