@@ -36,7 +36,12 @@ import structlog
 from tidelake.config import Config
 from tidelake.lake.hudi import split_table_id, table_path
 from tidelake.lake.jvm_errors import describe_error
-from tidelake.lake.store import CDC_PROPERTY, completed_instants, hoodie_properties
+from tidelake.lake.store import (
+    CDC_PROPERTY,
+    CompletedInstant,
+    completed_instants,
+    hoodie_properties,
+)
 from tidelake.view.changes import UnreadableRangeError, plan_range, read_changes, renames_after
 from tidelake.view.definition import (
     KEY,
@@ -80,9 +85,13 @@ class StepResult:
     rows: int | None = None
     duration_ms: int = 0
     checkpoint: ViewCheckpoint | None = None
+    #: Base table → the Hudi instant (requested time) of the last base commit the view
+    #: includes, when known (the checkpoint's ``base`` holds what the view tracks: an
+    #: aggregate view the commit's completion time, a lifecycle view the stream sequence).
+    instants: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "checkpoint"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("checkpoint", "instants")}
         if self.checkpoint is not None:
             out["base"] = dict(self.checkpoint.base)
             out["updated_at_ms"] = self.checkpoint.at_ms
@@ -178,7 +187,8 @@ class ViewMaintainer:
             renamed = compose_renames(checkpoint.renamed, renames_after(instants, after))
             return self._rebuild(defined, table, str(exc), renamed)
         if span is None:
-            return StepResult(name, "current", checkpoint=checkpoint)
+            included = _requested(instants, checkpoint.base)
+            return StepResult(name, "current", checkpoint=checkpoint, instants=included)
         view = follow_renames(defined, checkpoint.renamed)
         snapshot = self._snapshot(base, span.through)
         try:
@@ -209,6 +219,7 @@ class ViewMaintainer:
             groups=len(rows),
             recomputed=recomputed,
             checkpoint=new,
+            instants=_requested(instants, new.base),
         )
 
     def rebuild_or_fail(self, name: str, reason: str) -> StepResult:
@@ -246,7 +257,8 @@ class ViewMaintainer:
 
         view = follow_renames(defined, renamed)
         base = self.base_path(view)
-        through = completed_instants(self.spark, base, metadata_of=())[-1].completed
+        last = completed_instants(self.spark, base, metadata_of=())[-1]
+        through = last.completed
         snapshot = self._snapshot(base, through)
         # Written from Spark as computed: a view of millions of groups never passes Python.
         state = self._state(view, snapshot).withColumn(DELETED, F.lit(False)).cache()
@@ -267,6 +279,7 @@ class ViewMaintainer:
             groups=count,
             rows=count,
             checkpoint=checkpoint,
+            instants={view.table: last.requested},
         )
 
     def verify(self, name: str) -> VerifyResult:
@@ -393,6 +406,13 @@ class ViewMaintainer:
             else:
                 out.append(tuple(row.get(f, False if f == DELETED else None) for f in fields))
         return out
+
+
+def _requested(instants: Sequence[CompletedInstant], base: Mapping[str, str]) -> dict[str, str]:
+    """Base table → the Hudi instant (requested time) of the commit whose completion time
+    ``base`` names, for those on the active timeline ``instants``."""
+    requested = {i.completed: i.requested for i in instants}
+    return {table: requested[done] for table, done in base.items() if done in requested}
 
 
 def _key(columns: Sequence[str]) -> Column:
