@@ -397,13 +397,15 @@ class Ingestor:
         with_ddl = [(t, events) for t, events in todo if any(e.op is Op.DDL for e in events)]
         ddl_seqs = [e.seq for events in staged.events.values() for e in events if e.op is Op.DDL]
         plain_last = rows_seq_last(staged.seq_last, ddl_seqs)
-        with self.round_beat.running("applying"), self.trace.round(staged, result):
-            self._commit_tables(plain, result, stop, self.config.ingest.parallel_tables, plain_last)
-            if with_ddl:
-                self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
-        if result.interrupted:
-            return result  # the cursor stays: checkpoints skip what was committed
-        self._after_round(staged.events)  # before the cursor: a crash re-reads this round
+        parallel = self.config.ingest.parallel_tables
+        with self.trace.round(staged, result):  # the views' spans are children of its span
+            with self.round_beat.running("applying"):
+                self._commit_tables(plain, result, stop, parallel, plain_last)
+                if with_ddl:
+                    self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
+            if result.interrupted:
+                return result  # the cursor stays: checkpoints skip what was committed
+            self._after_round(staged.events)  # before the cursor: a crash re-reads this round
         self._advance_cursor(staged.next_cursor(self.cursor))
         live.INGESTER_ROUNDS.inc()
         live.INGESTER_MANIFESTS.inc(result.manifests)

@@ -1,7 +1,11 @@
 """The ingest's spans (docs/tracing.md): one per round, linked to the stage spans of its
 manifests (``Manifest.trace``, at most ``tracing.max_links``), and one per table commit, a
 child of its round made in the commit's own thread, with the table, the Hudi instant and the
-rows. With tracing off (``tracing.active()`` is None) both are plain calls."""
+rows. With tracing off (``tracing.active()`` is None) both are plain calls.
+
+The round's span is the current context of the ingest's thread while the round runs: what
+runs after the commits inside the round (the views, ``view/keeper.py``) makes its spans its
+children without the ingest handing the span over (lake/ does not import view/)."""
 
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ class RoundTrace:
 
     @contextlib.contextmanager
     def round(self, staged: Round, result: Any) -> Iterator[None]:
-        """The round's span around its commits; ``result`` (the ``RoundResult``) says at the
+        """The round's span around its commits and what follows them in the round (the
+        views), the current context meanwhile; ``result`` (the ``RoundResult``) says at the
         end whether it was interrupted and which tables failed."""
         if self.tracing is None:
             yield
@@ -45,7 +50,8 @@ class RoundTrace:
         )
         self._round = span
         try:
-            yield
+            with self.tracing.current(span):
+                yield
         finally:
             self._round = None
             span.set_attribute("tidelake.interrupted", bool(result.interrupted))

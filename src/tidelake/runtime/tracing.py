@@ -13,7 +13,9 @@ each message, and crosses staging storage in the manifest (``Manifest.trace``):
   a span LINK to each message's context (a batch has many parents), at most ``max_links``;
   its own context goes into the batch's manifest;
 * ingest: one span per round linked to the stage spans of the manifests it commits
-  (:meth:`Tracing.start_round`), and one child span per table commit;
+  (:meth:`Tracing.start_round`), one child span per table commit, and one child span per
+  view the round updates (:meth:`Tracing.start_view`: the round's span is the current
+  context while its views run, :meth:`Tracing.current`);
 * route: one CONSUMER span per batch a route applies to its sink
   (:meth:`Tracing.start_route`), a new trace linked to its messages' contexts as a stage
   span is.
@@ -254,6 +256,33 @@ class Tracing:
         attributes["tidelake.links"] = len(links)
         attributes["tidelake.links.unlinked"] = unlinked
         return self.tracer.start_span("ingest round", links=links, attributes=attributes)
+
+    def start_view(self, name: str, *, start_time: int | None = None, **attrs: Any) -> Span:
+        """The span of one view's update (``view <name>``): a child of the current context,
+        the round's span while the ingest's views run after its round (:meth:`current`), or
+        the root of its own trace outside a round. ``start_time`` (ns since the epoch): when
+        the update began, for a span made once its outcome is known."""
+        return self.tracer.start_span(
+            f"view {name}",
+            start_time=start_time,
+            attributes={
+                "tidelake.view": name,
+                **{f"tidelake.view.{k}": v for k, v in attrs.items()},
+            },
+        )
+
+    def current(self, span: Span) -> contextlib.AbstractContextManager[Span]:
+        """``span`` as the current context of this thread for the block (not ended at its
+        end; an exception leaving the block is recorded on it)."""
+        from opentelemetry.trace import use_span
+
+        return use_span(span, end_on_exit=False)
+
+    def in_span(self) -> bool:
+        """Whether this thread's current context holds a span (the round's, by :meth:`current`)."""
+        from opentelemetry.trace import get_current_span
+
+        return bool(get_current_span().get_span_context().is_valid)
 
     def start_child(self, name: str, parent: Span, **attrs: Any) -> Span:
         """A child span of ``parent`` (which may live in another thread)."""

@@ -7,6 +7,9 @@ step runs in its process right after the round, in the same Spark session. Outsi
 asked for while the ingest runs is left as a request file (``<state>/views/rebuild-<name>``)
 that the ingest takes up after its next round, or at once when idle.
 
+With tracing on, each view's update is a ``view <name>`` span, a child of the round's span
+(``view/trace.py``, docs/tracing.md).
+
 After every run the keeper writes ``<state>/views.json``: per view the last outcome, the base
 commit the view includes, when it was updated and how far behind it was. It is what ``tidelake
 view status`` reads without Spark.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +29,13 @@ import structlog
 from tidelake.config import Config
 from tidelake.events import ChangeEvent
 from tidelake.runtime import live_metrics as live
+from tidelake.runtime import tracing
 from tidelake.runtime.durable import write_atomic
 from tidelake.view.lifecycle import DefinitionChangedError, LifecycleView
 from tidelake.view.maintain import StepResult, VerifyResult, ViewMaintainer
 from tidelake.view.replay import replay_table
 from tidelake.view.table import ViewTable, instant_seconds
+from tidelake.view.trace import traced
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,16 +99,24 @@ class ViewKeeper:
             return []
         asked = {n for n in self.config.views if request_path(self.config, n).exists()}
         self._caught_up = True
+        tr = tracing.active()  # on: a span per view, a child of the round's (view/trace.py)
         results = []
         for name in self.config.views:
-            if name in asked:
-                result = self.rebuild(name)
-                request_path(self.config, name).unlink(missing_ok=True)
-            else:
-                result = self.step(name, events)
-            results.append(result)
+            update = partial(self._update, name, name in asked, events)
+            kind = self.config.views[name].kind
+            results.append(update() if tr is None else traced(tr, name, kind, update))
         self.record(results)
         return results
+
+    def _update(
+        self, name: str, asked: bool, events: Mapping[str, Sequence[ChangeEvent]] | None
+    ) -> StepResult:
+        """The rebuild ``asked`` for (its request taken up), else a step."""
+        if not asked:
+            return self.step(name, events)
+        result = self.rebuild(name)
+        request_path(self.config, name).unlink(missing_ok=True)
+        return result
 
     def step(
         self, name: str, events: Mapping[str, Sequence[ChangeEvent]] | None = None

@@ -148,7 +148,9 @@ class LifecycleView:
         mine = [e for e in events if e.table_id == self.base and e.op is not Op.DDL]
         todo = sorted((e for e in mine if done < e.seq <= through), key=lambda e: e.seq)
         if not todo and held is not None and done >= through:
-            return StepResult(self.name, "current", checkpoint=held)
+            return StepResult(
+                self.name, "current", checkpoint=held, instants={self.base: committed.instant}
+            )
         pk, key_schema = self._key_fields()
         schema = self._schema(key_schema)
         entities = {self._entity(e, pk) for e in todo}
@@ -175,6 +177,7 @@ class LifecycleView:
             records=len(todo),
             groups=len(changed),
             checkpoint=checkpoint,
+            instants={self.base: committed.instant},
         )
 
     def through(self) -> int | None:

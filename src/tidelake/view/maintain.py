@@ -96,9 +96,13 @@ class StepResult:
     rows: int | None = None
     duration_ms: int = 0
     checkpoint: ViewCheckpoint | None = None
+    #: Base table → the Hudi instant (requested time) of the last base commit the view
+    #: includes, when known (the checkpoint's ``base`` holds what the view tracks: an
+    #: aggregate view the commit's completion time, a lifecycle view the stream sequence).
+    instants: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "checkpoint"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("checkpoint", "instants")}
         if self.checkpoint is not None:
             out["base"] = dict(self.checkpoint.base)
             out["updated_at_ms"] = self.checkpoint.at_ms
@@ -199,7 +203,8 @@ class ViewMaintainer:
         except UnreadableRangeError as exc:
             return self._rebuild(defined, table, str(exc), _renames_since(checkpoint, instants))
         if all(span is None for span in spans.values()):
-            return StepResult(name, "current", checkpoint=checkpoint)
+            included = _requested(instants, checkpoint.base)
+            return StepResult(name, "current", checkpoint=checkpoint, instants=included)
         view = follow_renames(defined, checkpoint.renamed)
         through = {t: span.through if span else checkpoint.base[t] for t, span in spans.items()}
         snapshots = {t: self._snapshot(self.base_path(t), through[t]) for t in view.tables}
@@ -234,6 +239,7 @@ class ViewMaintainer:
             groups=len(rows),
             recomputed=recomputed,
             checkpoint=new,
+            instants=_requested(instants, new.base),
         )
 
     def rebuild_or_fail(self, name: str, reason: str) -> StepResult:
@@ -273,10 +279,11 @@ class ViewMaintainer:
         from pyspark.sql import functions as F  # noqa: N812
 
         view = follow_renames(defined, renamed)
-        through = {
-            t: completed_instants(self.spark, self.base_path(t), metadata_of=())[-1].completed
+        last = {
+            t: completed_instants(self.spark, self.base_path(t), metadata_of=())[-1]
             for t in view.tables
         }
+        through = {t: done.completed for t, done in last.items()}
         snapshots = {t: self._snapshot(self.base_path(t), through[t]) for t in view.tables}
         # Written from Spark as computed: a view of millions of groups never passes Python.
         state = (
@@ -305,6 +312,7 @@ class ViewMaintainer:
             groups=count,
             rows=count,
             checkpoint=checkpoint,
+            instants={t: done.requested for t, done in last.items()},
         )
 
     def verify(self, name: str) -> VerifyResult:
@@ -557,6 +565,19 @@ def _as_typed(then: DataFrame, now: DataFrame, side: Side) -> DataFrame:
             for c in side.columns
         ),
     )
+
+
+def _requested(
+    instants: Mapping[str, Sequence[CompletedInstant]], base: Mapping[str, str]
+) -> dict[str, str]:
+    """Base table → the Hudi instant (requested time) of the commit whose completion time
+    ``base`` names, for those on the active timeline ``instants`` (per base table)."""
+    out = {}
+    for table, done in base.items():
+        requested = {i.completed: i.requested for i in instants.get(table, ())}
+        if done in requested:
+            out[table] = requested[done]
+    return out
 
 
 def _key(columns: Sequence[str]) -> Column:

@@ -2,8 +2,9 @@
 capture's publisher, a ``tidelake stage --once`` child and a ``tidelake ingest --once``
 child (Spark + Hudi) export by OTLP/HTTP to a real Jaeger (tests/support/jaeger.py). Each
 publish span is linked from its batch's stage span, each stage span from the ingest round
-that committed its manifest, and each table's commit span (a child of its round) names an
-instant of the table's Hudi timeline."""
+that committed its manifest, each table's commit span (a child of its round) names an
+instant of the table's Hudi timeline, and the update of an aggregate view over one of the
+tables after the round (a child of the round too) names the commit it includes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TABLES = ("shop.orders", "shop.items")
 PER_TABLE = 100
+#: An aggregate view over shop.orders, updated by the ingest after each round.
+VIEW = "names"
+VIEW_SQL = "SELECT name, COUNT(*) AS n FROM shop.orders GROUP BY name"
 
 
 async def _publish(env: StageEnv) -> None:
@@ -72,6 +76,7 @@ def test_one_trace_path_from_publish_to_the_hudi_commit(
 
     ingest_env = {**os.environ, **lake_env(Path(env.cfg.home))}
     ingest_env["TIDELAKE_CONFIG"] = str(env.config_path)
+    ingest_env[f"TIDELAKE_VIEWS__{VIEW.upper()}__SQL"] = VIEW_SQL
     ingest = subprocess.run(
         [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
         env=ingest_env,
@@ -92,11 +97,12 @@ def test_one_trace_path_from_publish_to_the_hudi_commit(
     assert {span_ctx(s) for s in publish} == set().union(*(refs(s, "FOLLOWS_FROM") for s in stage))
 
     # stage → ingest round: the rounds link every stage span, and only those.
-    spans = jaeger.wait_spans("tl2l-ingest", 1 + len(TABLES))
+    spans = jaeger.wait_spans("tl2l-ingest", 1 + len(TABLES) + 1)
     rounds = [s for s in spans if s["operationName"] == "ingest round"]
     commits = [s for s in spans if s["operationName"].startswith("commit ")]
+    views = [s for s in spans if s["operationName"] == f"view {VIEW}"]
     assert rounds
-    assert len(spans) == len(rounds) + len(commits)
+    assert len(spans) == len(rounds) + len(commits) + len(views)
     assert {span_ctx(s) for s in stage} == set().union(*(refs(r, "FOLLOWS_FROM") for r in rounds))
     assert len(manifests) == sum(tags(r)["tidelake.manifests"] for r in rounds)
 
@@ -116,3 +122,23 @@ def test_one_trace_path_from_publish_to_the_hudi_commit(
         assert set(instants) <= _timeline(lake_root, table_id), (table_id, instants)
     events = sum(tags(s)["tidelake.events"] for s in commits)
     assert count == events
+
+    # round → view: the view's update after each round is a child of that round and
+    # includes the round's commit of its base table (the same Hudi instant); the first
+    # builds the view table.
+    orders = {
+        next(iter(refs(c, "CHILD_OF"))): tags(c)["hudi.instant"]
+        for c in commits
+        if tags(c)["tidelake.table"] == "shop.orders"
+    }
+    assert len(views) == len(rounds)
+    for span in views:
+        attrs = tags(span)
+        (parent,) = refs(span, "CHILD_OF") & round_ids
+        assert (VIEW, "aggregate") == (attrs["tidelake.view"], attrs["tidelake.view.kind"])
+        assert "error.type" not in attrs, attrs
+        assert "shop.orders" == attrs["tidelake.view.base_table"]
+        assert orders[parent] == attrs["hudi.instant"]
+    first = min(views, key=lambda s: int(s["startTime"]))
+    assert "rebuild" == tags(first)["tidelake.view.outcome"]
+    assert PER_TABLE == tags(first)["tidelake.view.groups"]  # one group per name

@@ -44,6 +44,15 @@ def _view_rows(m: ViewMaintainer) -> dict[int, dict[str, Any]]:
     return {r["customer_id"]: r.asDict() for r in rows}
 
 
+def _latest(m: ViewMaintainer) -> dict[str, str]:
+    """The base table's latest commit as a step reports it: table → Hudi instant (requested
+    time; the checkpoint holds its completion time)."""
+    from tidelake.lake.store import completed_instants
+
+    base = m.base_path(m.definition("activity"))
+    return {"shop.orders": completed_instants(m.spark, base, metadata_of=())[-1].requested}
+
+
 @pytest.fixture
 def views(lake_factory: Callable[..., Lake]) -> tuple[Lake, ViewMaintainer]:
     lake = lake_factory(TIDELAKE_VIEWS__ACTIVITY__SQL=SQL)
@@ -64,6 +73,7 @@ def test_steps_equal_the_recomputation(views: tuple[Lake, ViewMaintainer]) -> No
     lake.ingest()
     first = m.step("activity")
     assert first.outcome == "rebuild", first
+    assert _latest(m) == first.instants  # what the view's span names (view/trace.py)
     assert m.verify("activity").ok
     rows = _view_rows(m)
     assert rows[10]["spend"] == Decimal("12.75")
@@ -87,6 +97,8 @@ def test_steps_equal_the_recomputation(views: tuple[Lake, ViewMaintainer]) -> No
     lake.ingest()
     second = m.step("activity")
     assert second.outcome == "step", second
+    assert _latest(m) == second.instants
+    assert first.instants != second.instants
     assert second.recomputed >= 1  # customer 10's MAX went away
     assert m.verify("activity").ok
     rows = _view_rows(m)
@@ -97,7 +109,8 @@ def test_steps_equal_the_recomputation(views: tuple[Lake, ViewMaintainer]) -> No
     assert rows[12]["spend"] == Decimal("4.00")
     assert rows[13]["spend"] == Decimal("0.10")
 
-    assert m.step("activity").outcome == "current"
+    current = m.step("activity")
+    assert ("current", second.instants) == (current.outcome, current.instants)
 
     # Two base commits read by one step; an update that changes no view column cancels out;
     # one that raises the group's MAX (5.25 taken away, 6.00 added) needs no base read.

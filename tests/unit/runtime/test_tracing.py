@@ -52,13 +52,14 @@ def test_disabled_sets_nothing_up() -> None:
 
 
 def test_disabled_imports_no_opentelemetry() -> None:
-    """The publisher, the stager, the ingest and the routes import no OpenTelemetry module
-    while off."""
+    """The publisher, the stager, the ingest, the views and the routes import no
+    OpenTelemetry module while off."""
     code = (
         "import sys\n"
         "from tidelake.config import TracingConfig\n"
         "import tidelake.capture.publisher, tidelake.stage.consumer, tidelake.runtime.tracing\n"
-        "import tidelake.route.runner, tidelake.lake.round_trace\n"
+        "import tidelake.route.runner, tidelake.lake.round_trace, tidelake.lake.ingest\n"
+        "import tidelake.view.keeper, tidelake.view.trace\n"
         "from tidelake.runtime import tracing\n"
         "assert tracing.setup(TracingConfig(), 'stager') is None\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
