@@ -49,7 +49,7 @@ def _latest(m: ViewMaintainer) -> dict[str, str]:
     time; the checkpoint holds its completion time)."""
     from tidelake.lake.store import completed_instants
 
-    base = m.base_path(m.definition("activity"))
+    base = m.base_path(m.definition("activity").table)
     return {"shop.orders": completed_instants(m.spark, base, metadata_of=())[-1].requested}
 
 
