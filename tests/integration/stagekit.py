@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -140,6 +141,21 @@ class StageEnv:
             return out
         finally:
             await nc.close()
+
+    def run_cli(
+        self, *args: str, env: Mapping[str, str] | None = None, timeout_s: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        """``tidelake <args>`` as a child process with this test's config (``env`` on top of
+        this process's environment), its output captured."""
+        return subprocess.run(
+            tidelake_argv(*args),
+            env={**os.environ, **(env or {}), "TIDELAKE_CONFIG": str(self.config_path)},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
 
     def staged(self) -> StagedLines:
         """Read every manifest and the files it names; check each line against its manifest."""

@@ -8,15 +8,12 @@ tables after the round (a child of the round too) names the commit it includes."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from lakekit import lake_env
-from stagekit import REPO, StageEnv, canal_json, run
+from stagekit import StageEnv, canal_json, run
 
 from support.jaeger import Jaeger, refs, span_ctx, tags
 from tidelake.capture.publisher import Publisher
@@ -74,18 +71,8 @@ def test_one_trace_path_from_publish_to_the_hudi_commit(
     manifests = env.staged().manifests
     assert count == sum(m.staged for m in manifests)
 
-    ingest_env = {**os.environ, **lake_env(Path(env.cfg.home))}
-    ingest_env["TIDELAKE_CONFIG"] = str(env.config_path)
-    ingest_env[f"TIDELAKE_VIEWS__{VIEW.upper()}__SQL"] = VIEW_SQL
-    ingest = subprocess.run(
-        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
-        env=ingest_env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    views = {f"TIDELAKE_VIEWS__{VIEW.upper()}__SQL": VIEW_SQL}
+    ingest = env.run_cli("ingest", "--once", env=lake_env(Path(env.cfg.home), **views))
     assert 0 == ingest.returncode, ingest.stderr[-3000:]
     assert f"{count} events, {len(manifests)} manifests" in ingest.stderr
 

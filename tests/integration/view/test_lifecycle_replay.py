@@ -7,9 +7,6 @@ out of both; a view broken by a round it missed is whole again after the rebuild
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ import orjson
 import pytest
 from lakekit import lake_env
 from pyspark.sql import SparkSession
-from stagekit import REPO, StageEnv, run
+from stagekit import StageEnv, run
 
 from tidelake.config import load_config
 from tidelake.view.keeper import ViewKeeper, broken_path
@@ -63,19 +60,7 @@ def _publish(env: StageEnv, rows: list[bytes]) -> None:
 def _stage_and_ingest(env: StageEnv) -> None:
     stager = env.spawn_stager(once=True)
     assert 0 == stager.wait(120), env.log_text()
-    ingest = subprocess.run(
-        [sys.executable, "-m", "tidelake.cli", "ingest", "--once"],
-        env={
-            **os.environ,
-            **lake_env(Path(env.cfg.home)),
-            "TIDELAKE_CONFIG": str(env.config_path),
-        },
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    ingest = env.run_cli("ingest", "--once", env=lake_env(Path(env.cfg.home)))
     assert 0 == ingest.returncode, ingest.stderr[-3000:]
 
 
