@@ -7,7 +7,11 @@ For the events of one table (stream order, a DDL only as the round's last event)
    values that cannot be stored exactly go to the dead-letter stream first;
 3. commit them with the next checkpoint (:func:`rows_checkpoint`) through the table store
    (``lake/store.py``); a DDL goes to the schema evolver (``lake/evolve.py``) after the rows
-   before it, each commit carrying its own checkpoint.
+   before it, each commit carrying its own checkpoint. A commit of rows also records which
+   of the events it covers it applied (:class:`AppliedRows`: the watermark it dropped stale
+   events below, the late events it took, the dead-lettered ones), in the same commit: the
+   lifecycle views (``view/lifecycle.py``) take exactly those, also when a crash makes them
+   read the round again (then every event is a duplicate here, and nothing is re-typed).
 
 Each Hudi commit yields one ``commits.jsonl`` record (built here, in one place per kind).
 """
@@ -28,7 +32,7 @@ from pyspark.sql.types import StructType
 from tidelake.config import Config
 from tidelake.errors import IngestError, TableRefused
 from tidelake.events import ChangeEvent, Op
-from tidelake.lake.checkpoint import TableCheckpoint
+from tidelake.lake.checkpoint import AppliedRows, TableCheckpoint, event_id
 from tidelake.lake.dead_letters import DeadLetters, Rejected
 from tidelake.lake.deletes import ALL_KEYS, DeleteLog, deleted_keys, judge_late
 from tidelake.lake.evolve import DdlBlocked, DdlOutcome, SchemaEvolver
@@ -122,6 +126,10 @@ def ddl_record(
         "commit_ts_ms_p50": event.commit_ts_ms,
         "duration_ms": int((time.monotonic() - started) * 1000),
     }
+
+
+def _ids(rejected: Sequence[Rejected]) -> frozenset[tuple[int, str]]:
+    return frozenset(event_id(r.event) for r in rejected)
 
 
 class TableApplier:
@@ -225,6 +233,9 @@ class TableApplier:
         existed = store.exists(path)
         stored = store.stored_types(table_id, path) if existed else {}
         stored_key = store.stored_primary_key(path) if existed else None
+        # Below the watermark, only late events judged to apply got here (lake/rules.py).
+        floor = previous.position if previous else None
+        late = frozenset(event_id(e) for e in row_events if floor and e.position.encode() < floor)
         # An event whose commit time no timestamp can hold (an ``es`` of 10^15 ms) would make
         # the whole commit raise, every round: it alone goes to the dead-letter stream.
         implausible = [Rejected(e, r) for e in row_events if (r := implausible_time(e))]
@@ -236,7 +247,8 @@ class TableApplier:
             batch = TableBatch({}, StructType([]), [], 0, 0)
             if existed:
                 key = stored_key or ()
-                self._commit_rows(result, [], batch, previous, key, {}, seq_last, started)
+                applied = AppliedRows(True, floor, late, _ids(implausible))
+                self._commit_rows(result, [], batch, previous, key, {}, seq_last, started, applied)
             return
         pk, no_key = self.typing.primary_key(table_id, row_events, stored_key)
         types, declared = self.typing.types(table_id, row_events, pk, stored, previous)
@@ -254,7 +266,10 @@ class TableApplier:
             )
         if batch.rejected:
             self._dead_letter(table_id, batch.rejected)
-        self._commit_rows(result, row_events, batch, previous, pk, declared, seq_last, started)
+        applied = AppliedRows(True, floor, late, _ids([*implausible, *batch.rejected]))
+        self._commit_rows(
+            result, row_events, batch, previous, pk, declared, seq_last, started, applied
+        )
 
     def _commit_rows(
         self,
@@ -266,8 +281,10 @@ class TableApplier:
         declared: dict[str, str],
         seq_last: int,
         started: float,
+        applied: AppliedRows,
     ) -> None:
-        """Commit ``batch`` with the table's next checkpoint and record the commit."""
+        """Commit ``batch`` with the table's next checkpoint and what it ``applied`` of the
+        events it covers, and record the commit."""
         table_id = result.table
         store = self.store
         path = store.path(table_id)
@@ -289,7 +306,9 @@ class TableApplier:
         schema = batch.schema if batch.rows else store.stored_schema(path)
         df = self.spark.createDataFrame(batch.rows, schema)
         built = time.monotonic()
-        instant = store.commit(table_id, df, checkpoint, pk=tuple(pk) or stored_key)
+        instant = store.commit(
+            table_id, df, checkpoint, pk=tuple(pk) or stored_key, applied=applied
+        )
         if not existed:
             store.sync_catalog(table_id)
         result.commits.append(

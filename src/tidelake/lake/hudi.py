@@ -10,7 +10,8 @@ with ``.``/``_``; docs/names.md). Every write is an upsert whose records carry:
   older, whatever the commit it arrives in;
 * ``_hoodie_is_deleted``: deletes travel in the same upsert as the other rows;
 * the ingest checkpoint in the commit's extra metadata (``tidelake.checkpoint``), so data and
-  checkpoint land in one atomic commit.
+  checkpoint land in one atomic commit, and beside it which of the stream's row events the
+  commit applied (``tidelake.applied``: ``lake/checkpoint.py``).
 
 ``docs/spark-and-hudi.md`` explains each option.
 """
@@ -29,6 +30,8 @@ from tidelake.config import LakeConfig
 COMMIT_META_PREFIX = "tidelake."
 #: The commit extra-metadata key holding the table's :class:`TableCheckpoint` as JSON.
 CHECKPOINT_KEY = "tidelake.checkpoint"
+#: Beside it: which of the stream's row events the commit applied (``AppliedRows``).
+APPLIED_KEY = "tidelake.applied"
 #: In a rewrite's commit: the column renames it applied, ``[[old, new], …]`` (for the views).
 RENAMED_KEY = "tidelake.renamed"
 #: The ordering field: ``Position.encode()``, a fixed-width string in commit order.

@@ -36,8 +36,9 @@ from tidelake import names
 from tidelake.config import Config
 from tidelake.errors import IngestError
 from tidelake.lake.catalog import sync_table, unregister_table
-from tidelake.lake.checkpoint import CommittedCheckpoint, TableCheckpoint
+from tidelake.lake.checkpoint import NO_ROWS, AppliedRows, CommittedCheckpoint, TableCheckpoint
 from tidelake.lake.hudi import (
+    APPLIED_KEY,
     CHECKPOINT_KEY,
     DELETE_FIELD,
     METADATA_PARTITIONS_KEY,
@@ -210,6 +211,30 @@ def read_checkpoint(spark: SparkSession, path: str) -> CommittedCheckpoint | Non
     )
 
 
+def applied_since(spark: SparkSession, path: str, seq: int) -> list[tuple[int, AppliedRows | None]]:
+    """``(checkpoint seq, what it applied)`` of each completed commit of the table at ``path``
+    that may cover events at stream sequence ``seq`` or above (its checkpoint is at or above
+    it), newest first: an event belongs to the one with the lowest checkpoint at or above its
+    sequence. What a commit applied is None when it was written before tidelake recorded it."""
+    if not table_exists(spark, path):
+        return []
+    client = _meta_client(spark, path)
+    timeline = client.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    instants = timeline.getReverseOrderedInstants().iterator()
+    out: list[tuple[int, AppliedRows | None]] = []
+    while instants.hasNext():
+        extra = timeline.readCommitMetadata(instants.next()).getExtraMetadata()
+        text = extra.get(CHECKPOINT_KEY)
+        if text is None:
+            continue  # compaction, clustering
+        covered = TableCheckpoint.from_json(str(text)).seq
+        if covered < seq:
+            break
+        applied = extra.get(APPLIED_KEY)
+        out.append((covered, AppliedRows.from_json(str(applied)) if applied else None))
+    return out
+
+
 def _latest_holding(spark: SparkSession, path: str, key: str) -> tuple[Any, str] | None:
     """The latest completed commit whose extra metadata holds ``key``, and its value; reads
     back from the newest commit only as far as needed (None: no table, or no such commit)."""
@@ -380,9 +405,11 @@ class TableStore:
         pk: Sequence[str] | None = None,
         rewrite: bool = False,
         extra: Mapping[str, str] | None = None,
+        applied: AppliedRows = NO_ROWS,
     ) -> str:
-        """Write ``df`` to the table in one Hudi commit holding ``checkpoint`` (and ``extra``
-        commit metadata, ``tidelake.*`` keys); its instant."""
+        """Write ``df`` to the table in one Hudi commit holding ``checkpoint``, which of the
+        stream's row events it ``applied`` (none: a DDL's), and ``extra`` commit metadata
+        (``tidelake.*`` keys); its instant."""
         database, table = split_table_id(table_id)
         path = self.path(table_id)
         key = tuple(pk) if pk else self.stored_primary_key(path)
@@ -394,7 +421,7 @@ class TableStore:
             database,
             table,
             key,
-            {CHECKPOINT_KEY: checkpoint.to_json(), **(extra or {})},
+            {CHECKPOINT_KEY: checkpoint.to_json(), APPLIED_KEY: applied.to_json(), **(extra or {})},
             rewrite=rewrite,
             record_index=self.uses_record_index(path),
             table_name=stored.get("hoodie.table.name") or None,
