@@ -405,18 +405,19 @@ class Ingestor:
                     self._commit_tables(with_ddl, result, stop, 1, staged.seq_last)
             if result.interrupted:
                 return result  # the cursor stays: checkpoints skip what was committed
-            self._after_round(staged.events)  # before the cursor: a crash re-reads this round
+            # Before the cursor moves: a crash re-reads this round (lake/after_round.py).
+            self._after_round(RoundEvents(staged.events, staged.seq_last))
         self._advance_cursor(staged.next_cursor(self.cursor))
         live.INGESTER_ROUNDS.inc()
         live.INGESTER_MANIFESTS.inc(result.manifests)
         live.INGESTER_ROUND_SECONDS.observe(time.monotonic() - started)
         return result
 
-    def _after_round(self, events: RoundEvents) -> None:
+    def _after_round(self, staged: RoundEvents | None) -> None:
         follow = self.after_round  # set by the ingest command: lake/ imports no view/
-        if follow is not None and follow.wants(events):
+        if follow is not None and follow.wants(staged):
             with self.round_beat.running("updating views"):
-                follow(events)
+                follow(staged)
 
     def run_once(self, stop: threading.Event | None = None) -> IngestStats:
         """Apply everything staged now, then return. A table that failed (and was not

@@ -18,7 +18,6 @@ view status`` reads without Spark.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ import orjson
 import structlog
 
 from tidelake.config import Config
-from tidelake.events import ChangeEvent
+from tidelake.lake.after_round import RoundEvents
 from tidelake.runtime import live_metrics as live
 from tidelake.runtime import tracing
 from tidelake.runtime.durable import write_atomic
@@ -84,49 +83,47 @@ class ViewKeeper:
         self.maintainer = ViewMaintainer(config, spark)
         self._caught_up = False
 
-    def wants(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> bool:
+    def wants(self, staged: RoundEvents | None) -> bool:
         """After a round that committed; on the first call (to catch up on a round the last
         process committed before it died); when a rebuild was asked for."""
         if not self.config.views:
             return False
         asked = any(request_path(self.config, n).exists() for n in self.config.views)
-        return events is not None or asked or not self._caught_up
+        return staged is not None or asked or not self._caught_up
 
-    def __call__(self, events: Mapping[str, Sequence[ChangeEvent]] | None) -> list[StepResult]:
-        """Update every view after a round (``events``: its events per table; None when
+    def __call__(self, staged: RoundEvents | None) -> list[StepResult]:
+        """Update every view after a round (``staged``: its events per table; None when
         nothing was staged) and take up the rebuilds asked for."""
-        if not self.wants(events):
+        if not self.wants(staged):
             return []
         asked = {n for n in self.config.views if request_path(self.config, n).exists()}
         self._caught_up = True
         tr = tracing.active()  # on: a span per view, a child of the round's (view/trace.py)
         results = []
         for name in self.config.views:
-            update = partial(self._update, name, name in asked, events)
+            update = partial(self._update, name, name in asked, staged)
             kind = self.config.views[name].kind
             results.append(update() if tr is None else traced(tr, name, kind, update))
         self.record(results)
         return results
 
-    def _update(
-        self, name: str, asked: bool, events: Mapping[str, Sequence[ChangeEvent]] | None
-    ) -> StepResult:
+    def _update(self, name: str, asked: bool, staged: RoundEvents | None) -> StepResult:
         """The rebuild ``asked`` for (its request taken up), else a step."""
         if not asked:
-            return self.step(name, events)
+            return self.step(name, staged)
         result = self.rebuild(name)
         request_path(self.config, name).unlink(missing_ok=True)
         return result
 
-    def step(
-        self, name: str, events: Mapping[str, Sequence[ChangeEvent]] | None = None
-    ) -> StepResult:
-        """One update of view ``name``; a lifecycle view takes ``events`` (the round's)."""
+    def step(self, name: str, staged: RoundEvents | None = None) -> StepResult:
+        """One update of view ``name``; a lifecycle view takes the round's events (``staged``:
+        None outside the ingest, when it can only start its history or find it current)."""
         if self.config.views[name].kind == "aggregate":
             return self.maintainer.step(name)
         started = time.monotonic()
         table = self.config.views[name].table or ""
-        mine = [e for batch in (events or {}).values() for e in batch if e.table_id == table]
+        rounds = staged.events.values() if staged is not None else ()
+        mine = [e for batch in rounds for e in batch if e.table_id == table]
         broken = broken_path(self.config, name)
         if broken.exists():
             return StepResult(name, "failed", reason=broken.read_text())
@@ -135,7 +132,8 @@ class ViewKeeper:
                 self._break(name, "paused while its table changed: the history is incomplete")
             return StepResult(name, "paused")
         try:
-            result = LifecycleView(self.config, self.maintainer.spark, name).apply(mine)
+            view = LifecycleView(self.config, self.maintainer.spark, name)
+            result = view.apply(mine, staged.seq_last if staged is not None else None)
         except DefinitionChangedError:  # its rows hold another column's history
             return self.rebuild(name, "the definition changed")
         except Exception as exc:  # the view's own failure: reported, the lake goes on

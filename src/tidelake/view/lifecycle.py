@@ -4,10 +4,16 @@ each (docs/views.md §7) — an order going new → paid → shipped.
 A lake table holds each row as it is now; the states it passed through are in the changes.
 A lake commit nets the changes of a round (two updates of one key in one round are one
 change in Hudi's change log), so a lifecycle view is not read from the change log: it is kept
-from the round's own events, every one in stream order, as the ingest applied them (the
-keeper runs before the ingest moves its cursor, so a round killed before the view commit is
-read again and applied once: the view's checkpoint, the stream sequence it has applied, is in
-its own commit).
+from the round's own events, in stream order, exactly those the base table applied
+(:func:`applied_events`): up to the base's checkpoint (a table that failed, or was paused or
+held back, has not committed its events: they come when it does), each event once, and of
+the events a commit covers only those it records as applied (``lake/checkpoint.py``
+``AppliedRows``): not the dead-lettered, not the stale. What a commit applied is read from the
+commit itself, never from the ingest's memory: the keeper runs before the ingest moves its
+cursor, so a round killed before the view commit is read again, and then the ingest finds
+every event a duplicate and decides nothing anew, while the commit still says what it
+applied. The view's checkpoint, the stream sequence it has applied, is in its own commit, so
+the round read again is applied once.
 
 One view row per (row key, state): how many times the row entered the state, the
 milliseconds it spent there (closed stays), when it last entered and left, whether it is
@@ -24,9 +30,10 @@ missed, is rebuilt that way.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,8 +42,9 @@ import structlog
 from tidelake import names
 from tidelake.config import Config
 from tidelake.events import ChangeEvent, Op
-from tidelake.lake.hudi import split_table_id, table_path
-from tidelake.lake.store import read_checkpoint
+from tidelake.lake.checkpoint import AppliedRows, event_id
+from tidelake.lake.hudi import ORDERING_FIELD, split_table_id, table_path
+from tidelake.lake.store import applied_since, read_checkpoint
 from tidelake.view.definition import KEY
 from tidelake.view.maintain import DELETED, StepResult, VerifyResult
 from tidelake.view.replay import Replayed
@@ -67,6 +75,38 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 def _moment(ms: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(milliseconds=ms)  # integers: no float rounding
+
+
+def applied_events(
+    events: Iterable[ChangeEvent],
+    done: int,
+    upto: int,
+    commits: Sequence[tuple[int, AppliedRows | None]],
+) -> list[ChangeEvent]:
+    """Of one table's row ``events``, those with a stream sequence above ``done`` and at most
+    ``upto`` that the table applied, each ``(seq, position)`` once, in stream order.
+
+    ``commits``: ``(checkpoint seq, what it applied)`` of the table's commits (any order,
+    ``lake/store.py`` :func:`applied_since`). An event belongs to the commit with the lowest
+    checkpoint at or above its sequence, and counts when that commit applied it; an event no
+    commit covers yet is not applied. A commit from before the lake recorded what it applied
+    (None) counts as having applied every event it covers."""
+    covers = sorted(commits, key=lambda c: c[0])
+    seqs = [seq for seq, _ in covers]
+    seen: set[tuple[int, str]] = set()
+    out = []
+    for event in sorted(events, key=lambda e: e.seq):  # stable: file order within a seq
+        ident = event_id(event)
+        if not done < event.seq <= upto or ident in seen or event.op is Op.DDL:
+            continue
+        seen.add(ident)
+        at = bisect.bisect_left(seqs, event.seq)
+        if at == len(covers):
+            continue
+        applied = covers[at][1]
+        if applied is None or applied.applied(event):
+            out.append(event)
+    return out
 
 
 class LifecycleView:
@@ -133,8 +173,9 @@ class LifecycleView:
 
     # -- the step
 
-    def apply(self, events: Sequence[ChangeEvent]) -> StepResult:
-        """Apply the round's events of the base table that the lake has committed."""
+    def apply(self, events: Sequence[ChangeEvent], seq_last: int | None) -> StepResult:
+        """Apply the events of the base table that the lake applied, of a round read through
+        stream sequence ``seq_last`` (None: no round, outside the ingest)."""
         committed = read_checkpoint(self.spark, self.base_path)
         if committed is None:
             return StepResult(self.name, "waiting", reason=f"{self.base} has no commit yet")
@@ -145,11 +186,22 @@ class LifecycleView:
                 f"view {self.name}: the definition changed: rebuild it (tidelake view rebuild)"
             )
         done = int(held.base.get(self.base, 0)) if held is not None else 0
-        mine = [e for e in events if e.table_id == self.base and e.op is not Op.DDL]
-        todo = sorted((e for e in mine if done < e.seq <= through), key=lambda e: e.seq)
-        if not todo and held is not None and done >= through:
+        # A new view starts its history at the base's commit (the rows the round does not
+        # touch are seeded from it). Else only as far as the round reads: a commit may cover
+        # more (made before a crash, the round read again shorter), its events come next.
+        read = done if seq_last is None else seq_last
+        upto = through if held is None else max(done, min(through, read))
+        todo = self._applied(events, done, upto)
+        if not todo and held is not None and done >= upto:
+            if done >= through:
+                return StepResult(
+                    self.name, "current", checkpoint=held, instants={self.base: committed.instant}
+                )
             return StepResult(
-                self.name, "current", checkpoint=held, instants={self.base: committed.instant}
+                self.name,
+                "waiting",
+                reason=f"{self.base} committed through seq {through}, the view has applied "
+                f"{done}: the rest comes with the ingest's rounds",
             )
         pk, key_schema = self._key_fields()
         schema = self._schema(key_schema)
@@ -160,16 +212,15 @@ class LifecycleView:
             self._place(rows, e, pk)
         if held is None:  # the first round: rows it did not touch enter their state now
             self._seed(rows, pk, entities, committed.completion_time or committed.instant)
-        # Every event of the table up to the base's checkpoint is applied now (this round's
-        # here, earlier rounds' before; a failed round marks the view broken: keeper.py).
-        seq = max(done, through)
-        checkpoint = ViewCheckpoint(self.fingerprint, {self.base: str(seq)}, now_ms(), "step")
+        # Every event the table applied up to ``upto`` is applied now (this round's here,
+        # earlier rounds' before; a failed round marks the view broken: keeper.py).
+        checkpoint = ViewCheckpoint(self.fingerprint, {self.base: str(upto)}, now_ms(), "step")
         changed = rows.changed()
         df = self._typed(changed, schema, pk, key_schema)
         self.table.write(df, checkpoint, rebuild=False)
         if held is None:
             self.table.register()
-        log.info("lifecycle step", view=self.name, events=len(todo), rows=len(changed), seq=seq)
+        log.info("lifecycle step", view=self.name, events=len(todo), rows=len(changed), seq=upto)
         return StepResult(
             self.name,
             "step" if held is not None else "rebuild",
@@ -177,7 +228,8 @@ class LifecycleView:
             records=len(todo),
             groups=len(changed),
             checkpoint=checkpoint,
-            instants={self.base: committed.instant},
+            # The base's latest commit, once the view includes all of it.
+            instants={self.base: committed.instant} if upto >= through else {},
         )
 
     def through(self) -> int | None:
@@ -223,6 +275,18 @@ class LifecycleView:
             rows=len(changed),
             checkpoint=checkpoint,
         )
+
+    def _applied(self, events: Sequence[ChangeEvent], done: int, upto: int) -> list[ChangeEvent]:
+        """The base table's events in ``(done, upto]`` that its commits applied."""
+        mine = [
+            e
+            for e in events
+            if e.table_id == self.base and e.op is not Op.DDL and done < e.seq <= upto
+        ]
+        if not mine:
+            return []
+        commits = applied_since(self.spark, self.base_path, min(e.seq for e in mine))
+        return applied_events(mine, done, upto, commits)
 
     def _entity(self, event: ChangeEvent, pk: Sequence[str]) -> str:
         key = event.key or {}
@@ -274,7 +338,7 @@ class LifecycleView:
     def _seed(self, rows: _Rows, pk: Sequence[str], touched: set[str], completed: str) -> None:
         at = dt.datetime.fromtimestamp(instant_seconds(completed), tz=dt.UTC)
         snapshot = self.spark.read.format("hudi").load(self.base_path)
-        for row in snapshot.select(*pk, self.state_column).collect():
+        for row in snapshot.select(*pk, self.state_column, ORDERING_FIELD).collect():
             values = [row[c] for c in pk]
             entity = orjson.dumps([None if v is None else str(v) for v in values]).decode()
             if entity in touched:
@@ -285,7 +349,9 @@ class LifecycleView:
                 dict(zip(pk, values, strict=True)),
                 None if state is None else str(state),
                 at,
-                None,
+                # The row's position in the lake: an event older than it is not a change of
+                # the row (Hudi keeps the stored row: lake/hudi.py), nor of the view's.
+                row[ORDERING_FIELD],
             )
 
     def _typed(
