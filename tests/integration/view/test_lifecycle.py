@@ -1,10 +1,11 @@
 """A lifecycle view records every state a row passes through, also two changes of one key in
 one round (which the lake's commit nets), with the time spent in each by source commit
-times; a SIGKILL before its commit is applied once when the round is read again
-(view/lifecycle.py)."""
+times; a SIGKILL before its commit is applied once when the round is read again, and an
+event the lake dead-lettered never enters it, also then (view/lifecycle.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import signal
 from collections.abc import Callable
@@ -13,16 +14,19 @@ from typing import Any
 
 from lakekit import Lake, event, ingest_in_subprocess
 
+from tidelake.bus.provision import provision
+from tidelake.bus.server import EmbeddedNats
+from tidelake.lake.store import applied_since
 from tidelake.view.keeper import ViewKeeper, read_state
 from tidelake.view.table import CRASH_HOOK_ENV, ViewTable
 
 REPO = Path(__file__).resolve().parents[3]
-TYPES = {"id": "bigint", "status": "varchar(16)"}
+TYPES = {"id": "bigint", "status": "varchar(16)", "amount": "decimal(10,2)"}
 T0 = 1_714_929_186_000
 
 
-def _change(op: str, oid: int, pos: int, status: str, at_s: int) -> Any:
-    values = {"status": status}
+def _change(op: str, oid: int, pos: int, status: str, at_s: int, amount: str = "1.00") -> Any:
+    values = {"status": status, "amount": amount}
     return event(op, oid, pos, pos, values=values, types=TYPES, commit_ts_ms=T0 + at_s * 1000)
 
 
@@ -33,11 +37,12 @@ def _rows(lake: Lake) -> dict[tuple[int, str], tuple[int, int, bool]]:
     }
 
 
-def _lake(lake_factory: Callable[..., Lake]) -> Lake:
+def _lake(lake_factory: Callable[..., Lake], **env: str) -> Lake:
     return lake_factory(
         TIDELAKE_VIEWS__LIFE__KIND="lifecycle",
         TIDELAKE_VIEWS__LIFE__TABLE="shop.orders",
         TIDELAKE_VIEWS__LIFE__STATE_COLUMN="status",
+        **env,
     )
 
 
@@ -88,16 +93,32 @@ def test_every_transition_and_its_time(lake_factory: Callable[..., Lake]) -> Non
 
 
 def test_killed_before_the_view_commit_applies_once(
-    lake_factory: Callable[..., Lake], tmp_path: Path
+    lake_factory: Callable[..., Lake], nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
-    lake = _lake(lake_factory)
-    lake.stage([_change("insert", 1, 1, "new", 0)])
+    """Each round also ends a row with an event the lake dead-letters (an amount its
+    DECIMAL(10,2) would round): the view leaves it out as the lake does, in the round the
+    ingest applies and in the round read again after the kill, when the ingest finds every
+    event a duplicate and only the commit's own record says which one it dead-lettered."""
+    lake = _lake(lake_factory, TIDELAKE_BUS__URL=nats_server.url)  # for the dead letters
+    asyncio.run(provision(lake.config.bus))
+    lake.stage([_change("insert", 1, 1, "new", 0), _change("insert", 2, 2, "new", 1, "9.999")])
     _ingest(lake)
-    lake.stage([_change("update", 1, 2, "paid", 3), _change("update", 1, 3, "packed", 7)])
+    assert _rows(lake) == {(1, "new"): (1, 0, True)}
+    lake.stage(
+        [
+            _change("update", 1, 3, "paid", 3),
+            _change("update", 1, 4, "packed", 7),
+            _change("update", 1, 5, "lost", 9, "0.001"),  # dead-lettered: 1 stays packed
+        ]
+    )
     log = tmp_path / "ingest.log"
     returncode = ingest_in_subprocess(lake, log, **{CRASH_HOOK_ENV: "before_commit"})
     assert -signal.SIGKILL == returncode, log.read_text()[-3000:]
     assert _rows(lake) == {(1, "new"): (1, 0, True)}  # the view did not commit
+    assert lake.state() == {"1": ("packed",)}  # the lake did, without either dead letter
+    [(_, applied), *_] = applied_since(lake.spark, lake.path(), 5)
+    assert applied is not None
+    assert {s for s, _ in applied.dead} == {5}
     keeper = _ingest(lake)  # the round is read again: the cursor had not moved
     assert _rows(lake) == {
         (1, "new"): (1, 3000, False),
