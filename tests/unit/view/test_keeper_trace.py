@@ -5,7 +5,7 @@ round only work makes a span; off, plain calls. No Spark: the updates are fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tidelake.config import Config, TracingConfig, load_config
 from tidelake.events import ChangeEvent
+from tidelake.lake.after_round import RoundEvents
 from tidelake.lake.apply import TableResult
 from tidelake.lake.round_trace import RoundTrace
 from tidelake.lake.source import Round
@@ -82,9 +83,7 @@ def _keeper(
     keeper = ViewKeeper(config, cast(Any, None))
     keeper._caught_up = True
 
-    def fake_step(
-        name: str, events: Mapping[str, Sequence[ChangeEvent]] | None = None
-    ) -> StepResult:
+    def fake_step(name: str, staged: RoundEvents | None = None) -> StepResult:
         return step(name)
 
     def fake_rebuild(name: str) -> StepResult:
@@ -110,6 +109,7 @@ def _commit(table_id: str, events: Sequence[ChangeEvent], seq_last: int, stop: A
 
 
 ROUND = Round([Manifest("b1", 1, 42, 0, ())], {"shop.orders": []})
+STAGED = RoundEvents(ROUND.events, ROUND.seq_last)  # what the ingest hands the keeper
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_each_view_is_a_child_of_its_round_span(
     trace = RoundTrace(_commit)
     with trace.round(ROUND, _Result()):
         trace.apply("shop.orders", [], 42, None)
-        results = keeper(ROUND.events)
+        results = keeper(STAGED)
     assert ["step", "step"] == [r.outcome for r in results]
 
     spans = _spans(exporter)
@@ -191,7 +191,7 @@ def test_a_view_with_nothing_new_still_has_its_span_in_a_round(
 
     keeper = _keeper(_config(tmp_path), monkeypatch, step)
     with RoundTrace(_commit).round(ROUND, _Result()):
-        keeper(ROUND.events)
+        keeper(STAGED)
 
     spans = _spans(exporter)
     current = spans["view totals"].attributes or {}
@@ -241,7 +241,7 @@ def test_an_update_that_raises_ends_its_span_as_failed(
 
     keeper = _keeper(_config(tmp_path), monkeypatch, step)
     with pytest.raises(OSError, match="no space left"), RoundTrace(_commit).round(ROUND, _Result()):
-        keeper(ROUND.events)
+        keeper(STAGED)
 
     spans = _spans(exporter)
     view = spans["view totals"]
@@ -264,5 +264,5 @@ def test_off_the_updates_are_plain_calls(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(keeper_module, "traced", never)
     keeper = _keeper(_config(tmp_path), monkeypatch)
     with RoundTrace(_commit).round(ROUND, _Result()):
-        results = keeper(ROUND.events)
+        results = keeper(STAGED)
     assert ["step", "step"] == [r.outcome for r in results]
