@@ -288,45 +288,71 @@ def render_markdown(result: BenchResult, title: str | None = None) -> str:
 #: Step phases shown in the views table, in order (``views.py`` step_phases); the others
 #: are summed into "other".
 VIEW_PHASES = ("change_log", "recompute", "merge", "view_write", "timeline")
+#: The same for the join view: ``join_changes`` is ``_join_changes`` (the picks and joins).
+JOIN_VIEW_PHASES = ("change_log", "join_changes", "recompute", "merge", "view_write", "timeline")
 
 
 def views_markdown(details: dict[str, Any]) -> list[str]:
     """The views part's tables: per base-table size and K, the step (medians) beside the
-    rebuild, the growth large / small; then the step's seconds by phase."""
+    rebuild, the growth large / small; then the step's seconds by phase. The same for the
+    join view when it ran."""
     sizes = details.get("sizes") or []
     if not sizes:
         return []
+    plan = details.get("plan", {})
+    lines = [
+        f"Views: `{details.get('sql')}`; {plan.get('customers', 0):,} "
+        f"customers; median of {plan.get('rounds')} steps per K.",
+        "",
+        *_view_tables(sizes, "by_keys", "rebuild_s", VIEW_PHASES),
+    ]
+    if not any(size.get("join_by_keys") for size in sizes):
+        return lines
+    moved = ", ".join(
+        f"{int(v):,} at K={int(k):,}" for k, v in sizes[0].get("customer_changes", {}).items()
+    )
+    lines += [
+        "",
+        f"Join view: `{details.get('join_sql')}`; besides the K order changes, customers moved "
+        f"to another region per round: {moved}; its step timed right after the aggregate "
+        "view's, in the same rounds.",
+        "",
+        *_view_tables(sizes, "join_by_keys", "join_rebuild_s", JOIN_VIEW_PHASES),
+    ]
+    return lines
+
+
+def _view_tables(
+    sizes: list[dict[str, Any]], by_keys: str, rebuild: str, phase_names: tuple[str, ...]
+) -> list[str]:
     first = sizes[0]
     lines = [
-        f"Views: `{details.get('sql')}`; {details.get('plan', {}).get('customers', 0):,} "
-        f"customers; median of {details.get('plan', {}).get('rounds')} steps per K.",
-        "",
         "| base rows | K changed keys | step s (median) | records read | groups written "
         "| groups recomputed | rebuild s | step / same K at "
         f"{first['rows']:,} rows |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    small = {k: v["step_s"] for k, v in first.get("by_keys", {}).items()}
+    small = {k: v["step_s"] for k, v in first.get(by_keys, {}).items()}
     for size in sizes:
-        for keys, m in size.get("by_keys", {}).items():
+        for keys, m in size.get(by_keys, {}).items():
             growth = ratio(m["step_s"], small.get(keys))
             lines.append(
                 f"| {size['rows']:,} | {int(keys):,} | {_fmt(m['step_s'])} | {m['records']:,} "
-                f"| {m['groups']:,} | {m['recomputed']:,} | {_fmt(size.get('rebuild_s'))} "
+                f"| {m['groups']:,} | {m['recomputed']:,} | {_fmt(size.get(rebuild))} "
                 f"| {_fmt(growth)} |"
             )
-    if not any(m.get("phases_s") for size in sizes for m in size.get("by_keys", {}).values()):
+    if not any(m.get("phases_s") for size in sizes for m in size.get(by_keys, {}).values()):
         return lines
     lines += [
         "",
-        "| base rows | K | " + " | ".join(VIEW_PHASES) + " | other | (s, medians) |",
-        "|---|---|" + "---|" * (len(VIEW_PHASES) + 2),
+        "| base rows | K | " + " | ".join(phase_names) + " | other | (s, medians) |",
+        "|---|---|" + "---|" * (len(phase_names) + 2),
     ]
     for size in sizes:
-        for keys, m in size.get("by_keys", {}).items():
+        for keys, m in size.get(by_keys, {}).items():
             phases = m.get("phases_s", {})
-            other = sum(v for p, v in phases.items() if p not in VIEW_PHASES)
-            cells = [_fmt(phases.get(p)) for p in VIEW_PHASES] + [_fmt(round(other, 3)), ""]
+            other = sum(v for p, v in phases.items() if p not in phase_names)
+            cells = [_fmt(phases.get(p)) for p in phase_names] + [_fmt(round(other, 3)), ""]
             lines.append(f"| {size['rows']:,} | {int(keys):,} | " + " | ".join(cells) + " |")
     return lines
 

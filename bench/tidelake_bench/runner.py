@@ -266,7 +266,8 @@ def _views(
     home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
 ) -> None:
     """A view's incremental step at two base-table sizes and K changed keys, beside a full
-    rebuild; the view verified against its recomputation at each size (``views.py``)."""
+    rebuild, for an aggregate view and a join view; each verified against its recomputation
+    at each size (``views.py``)."""
     from tidelake_bench.views import headline, run_views_bench
 
     views = run_views_bench(home / "views", sizes.views, log)
@@ -276,6 +277,10 @@ def _views(
         f"K={k:,} {_fmt_ratio(n.get(f'view_step_growth[k={k}]'))}" for k in sizes.views.keys
     )
     log(f"view step large / small ({_fmt_ratio(n.get('views_size_ratio'))} rows): {growth}")
+    growth = ", ".join(
+        f"K={k:,} {_fmt_ratio(n.get(f'view_join_step_growth[k={k}]'))}" for k in sizes.views.keys
+    )
+    log(f"join view step large / small: {growth}")
 
 
 def _fmt_ratio(value: float | None) -> str:

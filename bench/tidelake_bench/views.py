@@ -17,6 +17,14 @@ by round (one Spark session), so a change of machine load hits both sizes alike;
 round each first warms the step's code paths up. Each size is then verified, times a full
 ``rebuild`` and is verified again: a view that differs from its recomputation fails the part.
 
+A second view joins a second table, ``shop.customers`` (``id`` key, ``name``, ``region``,
+``tier``; the customer count, loaded in the same commits as the orders, also configured before
+it exists): ``SELECT c.id AS customer_id, c.region, COUNT(o.id), SUM(o.amount),
+MAX(o.order_date) FROM shop.customers c LEFT JOIN shop.orders o ON o.customer_id = c.id GROUP
+BY c.id, c.region``. Each round also moves a few customers to another region (``customer_share``
+of K), so both sides of the join change; the join view's step is timed on its own, right after
+the aggregate view's, in the same rounds, and verified and rebuilt the same way.
+
 The bench uses tidelake's public interface only (``step``, ``rebuild``, ``verify`` and their
 results). ``tools/view_step_phases.py`` runs the same workload with a :class:`StepProbe` that
 also times the maintainer's pieces (exclusive seconds: the change-log read, the recomputation
@@ -32,7 +40,7 @@ import shutil
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -50,11 +58,18 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 
-DATABASE, TABLE = "shop", "orders"
+DATABASE, TABLE, CUSTOMERS_TABLE = "shop", "orders", "customers"
 VIEW = "view"
 SQL = (
     "SELECT customer_id, COUNT(*) AS orders, SUM(amount) AS spend, "
     "MAX(order_date) AS last_order FROM shop.orders GROUP BY customer_id"
+)
+#: The join view: every customer with its orders (none: 0 orders, NULL spend).
+JOIN_VIEW = "by_customer"
+JOIN_SQL = (
+    "SELECT c.id AS customer_id, c.region, COUNT(o.id) AS orders, SUM(o.amount) AS spend, "
+    "MAX(o.order_date) AS last_order FROM shop.customers c LEFT JOIN shop.orders o "
+    "ON o.customer_id = c.id GROUP BY c.id, c.region"
 )
 TYPES = {
     "id": "bigint",
@@ -63,7 +78,15 @@ TYPES = {
     "status": "varchar(16)",
     "order_date": "date",
 }
+CUSTOMER_TYPES = {
+    "id": "bigint",
+    "name": "varchar(64)",
+    "region": "varchar(16)",
+    "tier": "varchar(8)",
+}
 STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
+REGIONS = ("north", "south", "east", "west", "central")
+TIERS = ("bronze", "silver", "gold")
 FIRST_DATE = dt.date(2020, 1, 1)
 #: Base orders' dates spread over this many days from FIRST_DATE; new orders come after.
 DATE_DAYS = 1_500
@@ -90,6 +113,9 @@ class ViewsPlan:
     #: Share of a round's changes that insert new orders, and that delete; the rest update.
     insert_share: float = 0.10
     delete_share: float = 0.05
+    #: Customers moved to another region per round, as a share of K (at least one): the
+    #: join view's other side changes too.
+    customer_share: float = 0.02
     seed: int = 7
 
 
@@ -104,6 +130,16 @@ def base_row(order_id: int, customers: int) -> dict[str, Any]:
         "amount": Decimal((order_id * 37) % 100_000).scaleb(-2),
         "status": STATUSES[order_id % len(STATUSES)],
         "order_date": FIRST_DATE + dt.timedelta(days=_mix(order_id) % DATE_DAYS),
+    }
+
+
+def customer_row(customer_id: int) -> dict[str, Any]:
+    """Base customer ``customer_id`` (1-based), a function of its id alone."""
+    return {
+        "id": customer_id,
+        "name": f"customer {customer_id:05d}",
+        "region": REGIONS[_mix(customer_id) % len(REGIONS)],
+        "tier": TIERS[customer_id % len(TIERS)],
     }
 
 
@@ -197,6 +233,38 @@ class Orders:
             self._live.append(self._next_id)
             self._next_id += 1
             out.append((Op.INSERT, row))
+        return out
+
+
+def customer_changes(keys: int, share: float) -> int:
+    """Customers changed in a round of ``keys`` order changes: at least one."""
+    return max(1, round(keys * share))
+
+
+@dataclass
+class Customers:
+    """The customers of one lake: base rows by id, plus those moved to another region."""
+
+    count: int
+    seed: int = 7
+    _rng: random.Random = field(init=False)
+    _changed: dict[int, dict[str, Any]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Its own generator: the orders' changes stay those of the aggregate-only bench.
+        self._rng = random.Random(self.seed * 1_000_003 + 1)
+
+    def row(self, customer_id: int) -> dict[str, Any]:
+        return self._changed.get(customer_id) or customer_row(customer_id)
+
+    def changes(self, customers: int) -> list[tuple[Op, dict[str, Any]]]:
+        """``customers`` distinct customers, each moved to another region (an update)."""
+        out: list[tuple[Op, dict[str, Any]]] = []
+        for customer_id in self._rng.sample(range(1, self.count + 1), customers):
+            row = dict(self.row(customer_id))
+            row["region"] = self._rng.choice([r for r in REGIONS if r != row["region"]])
+            self._changed[customer_id] = row
+            out.append((Op.UPDATE, row))
         return out
 
 
@@ -349,12 +417,34 @@ class KeptCounter:
         return kept
 
 
+def steps_by_keys(steps: list[StepRun]) -> dict[int, dict[str, Any]]:
+    """Per K: the median step seconds and the medians of what the steps did."""
+    out: dict[int, dict[str, Any]] = {}
+    for keys in sorted({s.keys for s in steps}):
+        runs = [s for s in steps if s.keys == keys]
+        phases = sorted({p for r in runs for p in r.phases})
+        out[keys] = {
+            "step_s": round(statistics.median(r.seconds for r in runs), 3),
+            "records": int(statistics.median(r.records for r in runs)),
+            "groups": int(statistics.median(r.groups for r in runs)),
+            "recomputed": int(statistics.median(r.recomputed for r in runs)),
+            "recomputed_kept": int(statistics.median(r.recomputed_kept for r in runs)),
+            "phases_s": {
+                p: round(statistics.median(r.phases.get(p, 0.0) for r in runs), 3) for p in phases
+            },
+            "rounds": len(runs),
+        }
+    return out
+
+
 @dataclass
 class SizeRun:
-    """One table size: its load, its timed steps and rebuild, its check."""
+    """One table size: its load, its timed steps and rebuild, its check; the same for the
+    join view (``join_*``, timed in the same rounds)."""
 
     rows: int
     load_s: float = 0.0
+    #: Commits of ``shop.orders`` (the customers commit in the same ingest rounds).
     load_commits: int = 0
     base_files: int = 0
     base_mib: float = 0.0
@@ -364,31 +454,30 @@ class SizeRun:
     rebuild_s: float = 0.0
     rebuild_phases: dict[str, float] = field(default_factory=dict)
     verified: bool | None = None
+    join_first_build_s: float = 0.0
+    join_view_rows: int = 0
+    #: Customers moved to another region per round, by K.
+    customer_changes: dict[int, int] = field(default_factory=dict)
+    join_steps: list[StepRun] = field(default_factory=list)
+    join_rebuild_s: float = 0.0
+    join_rebuild_phases: dict[str, float] = field(default_factory=dict)
 
     def by_keys(self) -> dict[int, dict[str, Any]]:
-        """Per K: the median step seconds and the medians of what the steps did."""
-        out: dict[int, dict[str, Any]] = {}
-        for keys in sorted({s.keys for s in self.steps}):
-            runs = [s for s in self.steps if s.keys == keys]
-            phases = sorted({p for r in runs for p in r.phases})
-            out[keys] = {
-                "step_s": round(statistics.median(r.seconds for r in runs), 3),
-                "records": int(statistics.median(r.records for r in runs)),
-                "groups": int(statistics.median(r.groups for r in runs)),
-                "recomputed": int(statistics.median(r.recomputed for r in runs)),
-                "recomputed_kept": int(statistics.median(r.recomputed_kept for r in runs)),
-                "phases_s": {
-                    p: round(statistics.median(r.phases.get(p, 0.0) for r in runs), 3)
-                    for p in phases
-                },
-                "rounds": len(runs),
-            }
-        return out
+        """The aggregate view's steps per K (:func:`steps_by_keys`)."""
+        return steps_by_keys(self.steps)
+
+    def join_by_keys(self) -> dict[int, dict[str, Any]]:
+        """The join view's steps per K (:func:`steps_by_keys`)."""
+        return steps_by_keys(self.join_steps)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "steps"}
+        lists = ("steps", "join_steps", "customer_changes")
+        out = {k: v for k, v in self.__dict__.items() if k not in lists}
         out["steps"] = [s.to_json() for s in self.steps]
         out["by_keys"] = {str(k): v for k, v in self.by_keys().items()}
+        out["customer_changes"] = {str(k): v for k, v in self.customer_changes.items()}
+        out["join_steps"] = [s.to_json() for s in self.join_steps]
+        out["join_by_keys"] = {str(k): v for k, v in self.join_by_keys().items()}
         return out
 
 
@@ -411,12 +500,32 @@ def headline(plan: ViewsPlan, runs: list[SizeRun]) -> dict[str, Any]:
                 f"view_step_recomputed[{label},k={keys}]": m["recomputed"],
                 f"view_step_recomputed_kept[{label},k={keys}]": m["recomputed_kept"],
             }
+    # The join view: the same names with ``view_join_`` (none when no join step ran).
+    joins = {}
+    for label, run in zip(SIZE_LABELS, runs, strict=False):
+        joins[label] = run.join_by_keys()
+        if not joins[label]:
+            continue
+        n[f"view_join_rebuild_s[{label}]"] = round(run.join_rebuild_s, 3)
+        for keys, m in joins[label].items():
+            n |= {
+                f"view_join_step_s[{label},k={keys}]": m["step_s"],
+                f"view_join_step_records[{label},k={keys}]": m["records"],
+                f"view_join_step_groups[{label},k={keys}]": m["groups"],
+                f"view_join_step_recomputed[{label},k={keys}]": m["recomputed"],
+            }
+    if any(joins.values()):
+        for keys in plan.keys:
+            n[f"views_customer_changes[k={keys}]"] = customer_changes(keys, plan.customer_share)
     if len(runs) == 2:
         n["views_size_ratio"] = ratio(runs[1].rows, runs[0].rows)
         for keys in plan.keys:
             small, large = medians["small"].get(keys), medians["large"].get(keys)
             if small and large:
                 n[f"view_step_growth[k={keys}]"] = ratio(large["step_s"], small["step_s"])
+            small, large = joins["small"].get(keys), joins["large"].get(keys)
+            if small and large:
+                n[f"view_join_step_growth[k={keys}]"] = ratio(large["step_s"], small["step_s"])
     return n
 
 
@@ -424,33 +533,38 @@ def headline(plan: ViewsPlan, runs: list[SizeRun]) -> dict[str, Any]:
 
 
 def views_config(home: Path, plan: ViewsPlan, rows: int) -> Config:
-    """The defaults under ``home``, the view configured, load batches of rows/commits."""
+    """The defaults under ``home``, both views configured, load batches of rows/commits
+    (with their share of the customers)."""
+    batch = -(-rows // plan.load_commits) + -(-plan.customers // plan.load_commits)
     return load_config(
         None,
         environ={
             "TIDELAKE_HOME": str(home),
-            "TIDELAKE_INGEST__MAX_BATCH_EVENTS": str(max(1, -(-rows // plan.load_commits))),
+            "TIDELAKE_INGEST__MAX_BATCH_EVENTS": str(max(1, batch)),
             f"TIDELAKE_VIEWS__{VIEW.upper()}__SQL": SQL,
+            f"TIDELAKE_VIEWS__{JOIN_VIEW.upper()}__SQL": JOIN_SQL,
         },
     )
 
 
 @dataclass
 class Stager:
-    """Stages events as the stager does: one table file, then the manifest, per batch."""
+    """Stages events as the stager does: one file per table, then the manifest, per batch."""
 
     storage: LocalStorage
     seq: int = 0
     batches: int = 0
 
-    def event(self, op: Op, row: dict[str, Any]) -> ChangeEvent:
+    def event(
+        self, op: Op, row: dict[str, Any], table: str = TABLE, types: dict[str, str] = TYPES
+    ) -> ChangeEvent:
         self.seq += 1
         values = canal_values(row)
         key = {"id": values["id"]}
         return ChangeEvent(
             source="bench",
             database=DATABASE,
-            table=TABLE,
+            table=table,
             op=op,
             position=Position((self.seq, 0)),
             pk=("id",),
@@ -458,24 +572,40 @@ class Stager:
             before=values if op is Op.DELETE else None,
             after=None if op is Op.DELETE else values,
             commit_ts_ms=_COMMIT_MS + self.seq,
-            column_types=dict(TYPES),
+            column_types=dict(types),
             seq=self.seq,
         )
 
-    def stage(self, changes: list[tuple[Op, dict[str, Any]]]) -> Manifest:
-        events = [self.event(op, row) for op, row in changes]
+    def stage(
+        self,
+        changes: list[tuple[Op, dict[str, Any]]],
+        customers: Sequence[tuple[Op, dict[str, Any]]] = (),
+    ) -> Manifest:
+        """One batch: the orders' ``changes`` and the ``customers``' in one manifest."""
+        by_table = {
+            TABLE: [self.event(op, row) for op, row in changes],
+            CUSTOMERS_TABLE: [
+                self.event(op, row, CUSTOMERS_TABLE, CUSTOMER_TYPES) for op, row in customers
+            ],
+        }
         self.batches += 1
         batch_id = f"v{self.batches:07d}"
-        path = table_file_path(batch_id, DATABASE, TABLE)
-        self.storage.put(path, b"".join(e.to_json() + b"\n" for e in events))
+        files = []
+        for table, events in by_table.items():
+            if not events:
+                continue
+            path = table_file_path(batch_id, DATABASE, table)
+            self.storage.put(path, b"".join(e.to_json() + b"\n" for e in events))
+            files.append(TableFile(DATABASE, table, path, len(events)))
+        staged = [e for events in by_table.values() for e in events]
         manifest = Manifest(
             batch_id=batch_id,
-            seq_first=events[0].seq,
-            seq_last=events[-1].seq,
+            seq_first=min(e.seq for e in staged),
+            seq_last=max(e.seq for e in staged),
             created_at_ms=int(time.time() * 1000),
-            tables=(TableFile(DATABASE, TABLE, path, len(events)),),
-            received=len(events),
-            staged=len(events),
+            tables=tuple(files),
+            received=len(staged),
+            staged=len(staged),
         )
         write_manifest(self.storage, manifest)
         return manifest
@@ -490,7 +620,8 @@ def _base_table_size(config: Config) -> tuple[int, float]:
 
 
 class SizeLake:
-    """One lake of ``rows`` orders: loaded, its view built, then stepped round by round."""
+    """One lake of ``rows`` orders and the customers: loaded, both views built, then
+    stepped round by round."""
 
     def __init__(
         self,
@@ -512,81 +643,125 @@ class SizeLake:
         self.ingestor = Ingestor(self.config, spark, self.stager.storage)
         self.maintainer = ViewMaintainer(self.config, spark)
         self.orders = Orders(rows, plan.customers, seed=plan.seed)
+        self.customers = Customers(plan.customers, seed=plan.seed)
 
     def load(self) -> None:
-        """The base rows through the ingest, in ``plan.load_commits`` commits; the view's
-        first step (a rebuild)."""
-        run, rows = self.run, self.rows
+        """The base rows through the ingest, in ``plan.load_commits`` rounds (the customers
+        spread over the same rounds); each view's first step (a rebuild)."""
+        from tidelake.lake.store import completed_instants
+
+        run, rows, customers = self.run, self.rows, self.plan.customers
         batch = max(1, -(-rows // self.plan.load_commits))
+        customer_batch = max(1, -(-customers // self.plan.load_commits))
         started = time.monotonic()
-        for first in range(1, rows + 1, batch):
+        for n, first in enumerate(range(1, rows + 1, batch)):
             ids = range(first, min(rows, first + batch - 1) + 1)
-            self.stager.stage([(Op.INSERT, base_row(i, self.plan.customers)) for i in ids])
-            run.load_commits += self.ingestor.run_once().commits
+            cids = range(n * customer_batch + 1, min(customers, (n + 1) * customer_batch) + 1)
+            self.stager.stage(
+                [(Op.INSERT, base_row(i, customers)) for i in ids],
+                [(Op.INSERT, customer_row(c)) for c in cids],
+            )
+            self.ingestor.run_once()
         run.load_s = round(time.monotonic() - started, 1)
+        orders_path = self.maintainer.base_path(f"{DATABASE}.{TABLE}")
+        run.load_commits = len(
+            completed_instants(self.maintainer.spark, orders_path, metadata_of=())
+        )
         run.base_files, run.base_mib = _base_table_size(self.config)
         self.log(
-            f"views: {rows:,} orders loaded in {run.load_commits} commits, {run.load_s:.0f} s "
-            f"({run.base_files} base files, {run.base_mib} MiB)"
+            f"views: {rows:,} orders and {customers:,} customers loaded, {run.load_commits} "
+            f"commits of the orders, {run.load_s:.0f} s "
+            f"({run.base_files} base files, {run.base_mib} MiB of orders)"
         )
-        first_step = self.maintainer.step(VIEW)
-        if first_step.outcome != "rebuild":
-            raise ViewBenchError(f"first step: {first_step.outcome} {first_step.reason}")
-        run.first_build_s = first_step.duration_ms / 1000
-        run.view_rows = first_step.rows or 0
+        for view in (VIEW, JOIN_VIEW):
+            first_step = self.maintainer.step(view)
+            if first_step.outcome != "rebuild":
+                raise ViewBenchError(f"{view} first step: {first_step.outcome} {first_step.reason}")
+            if view == VIEW:
+                run.first_build_s = first_step.duration_ms / 1000
+                run.view_rows = first_step.rows or 0
+            else:
+                run.join_first_build_s = first_step.duration_ms / 1000
+                run.join_view_rows = first_step.rows or 0
 
     def _around(self) -> Any:
         return self.probe.around() if self.probe is not None else nullcontext()
 
-    def step_round(self, keys: int) -> StepRun:
-        """Stage and ingest ``keys`` changes, then time the view's step alone."""
+    def step_round(self, keys: int) -> tuple[StepRun, StepRun]:
+        """Stage and ingest ``keys`` order changes and a few customer changes, then time each
+        view's step alone: the aggregate view's, then the join view's."""
         plan = self.plan
-        self.stager.stage(self.orders.changes(keys, plan.insert_share, plan.delete_share))
+        moved = customer_changes(keys, plan.customer_share)
+        self.run.customer_changes[keys] = moved
+        self.stager.stage(
+            self.orders.changes(keys, plan.insert_share, plan.delete_share),
+            self.customers.changes(moved),
+        )
         self.ingestor.run_once()
+        return self._timed_step(VIEW, keys), self._timed_step(JOIN_VIEW, keys)
+
+    def _timed_step(self, view: str, keys: int) -> StepRun:
         with self._around():
             started = time.perf_counter()
-            result = self.maintainer.step(VIEW)
+            result = self.maintainer.step(view)
             seconds = time.perf_counter() - started
         phases, kept = self.probe.take() if self.probe is not None else ({}, 0)
         if result.outcome != "step":
-            raise ViewBenchError(f"{self.rows:,} rows, K={keys}: {result.outcome} {result.reason}")
+            raise ViewBenchError(
+                f"{view}, {self.rows:,} rows, K={keys}: {result.outcome} {result.reason}"
+            )
         step = StepRun(
             keys, seconds, result.records, result.groups, result.recomputed, phases, kept
         )
         self.log(
-            f"views: {self.rows:,} rows, K={keys:,}: step {step.seconds:.2f} s, "
+            f"views: {view}, {self.rows:,} rows, K={keys:,}: step {step.seconds:.2f} s, "
             f"{step.records:,} records, {step.groups:,} groups, {step.recomputed} recomputed"
             + (f" ({step.recomputed_kept} with their MAX kept)" if self.probe else "")
             + (f" {step.phases}" if step.phases else "")
         )
         return step
 
+    def add_round(self, keys: int) -> None:
+        """A timed round: each view's step kept."""
+        step, join_step = self.step_round(keys)
+        self.run.steps.append(step)
+        self.run.join_steps.append(join_step)
+
     def finish(self) -> SizeRun:
-        """Verify the stepped view, time a rebuild, verify again."""
+        """Verify each stepped view, time its rebuild, verify it again."""
         run, rows = self.run, self.rows
-        _verify(self.maintainer, rows, "after the steps")
-        with self._around():
-            started = time.perf_counter()
-            rebuilt = self.maintainer.rebuild(VIEW, "bench")
-            run.rebuild_s = round(time.perf_counter() - started, 3)
-        run.rebuild_phases = self.probe.take()[0] if self.probe is not None else {}
-        if rebuilt.outcome != "rebuild":
-            raise ViewBenchError(f"rebuild at {rows:,} rows: {rebuilt.outcome} {rebuilt.reason}")
-        self.log(f"views: {rows:,} rows: rebuild {run.rebuild_s:.2f} s")
-        groups = _verify(self.maintainer, rows, "after the rebuild")
+        for view in (VIEW, JOIN_VIEW):
+            _verify(self.maintainer, view, rows, "after the steps")
+        for view in (VIEW, JOIN_VIEW):
+            with self._around():
+                started = time.perf_counter()
+                rebuilt = self.maintainer.rebuild(view, "bench")
+                seconds = round(time.perf_counter() - started, 3)
+            phases = self.probe.take()[0] if self.probe is not None else {}
+            if rebuilt.outcome != "rebuild":
+                raise ViewBenchError(
+                    f"{view} rebuild at {rows:,} rows: {rebuilt.outcome} {rebuilt.reason}"
+                )
+            if view == VIEW:
+                run.rebuild_s, run.rebuild_phases = seconds, phases
+            else:
+                run.join_rebuild_s, run.join_rebuild_phases = seconds, phases
+            self.log(f"views: {view}, {rows:,} rows: rebuild {seconds:.2f} s")
+        groups = [_verify(self.maintainer, v, rows, "after the rebuild") for v in (VIEW, JOIN_VIEW)]
         run.verified = True
         self.log(
-            f"views: {rows:,} rows: verified after the steps and the rebuild ({groups:,} groups)"
+            f"views: {rows:,} rows: both views verified after the steps and the rebuild "
+            f"({groups[0]:,} and {groups[1]:,} groups)"
         )
         return run
 
 
-def _verify(maintainer: Any, rows: int, when: str) -> int:
+def _verify(maintainer: Any, view: str, rows: int, when: str) -> int:
     """The view's groups; raises :class:`ViewBenchError` when it differs from a recomputation."""
-    verdict = maintainer.verify(VIEW)
+    verdict = maintainer.verify(view)
     if not verdict.ok:
         raise ViewBenchError(
-            f"view wrong at {rows:,} rows {when}: {verdict.extra} extra, {verdict.missing} "
+            f"{view} wrong at {rows:,} rows {when}: {verdict.extra} extra, {verdict.missing} "
             f"missing of {verdict.expected:,} groups"
         )
     return int(verdict.rows)
@@ -601,6 +776,7 @@ class ViewsResult:
         return {
             "plan": dict(self.plan.__dict__),
             "sql": SQL,
+            "join_sql": JOIN_SQL,
             "sizes": [r.to_json() for r in self.runs],
         }
 
@@ -634,7 +810,7 @@ def run_views_bench(
         for keys in plan.keys:
             for _ in range(plan.rounds):
                 for lake in lakes:
-                    lake.run.steps.append(lake.step_round(keys))
+                    lake.add_round(keys)
         result.runs = [lake.finish() for lake in lakes]
         session.catalog.clearCache()
         for size_home in homes:

@@ -13,6 +13,8 @@ from tidelake_bench.report import BenchResult, render_markdown, views_markdown
 from tidelake_bench.views import (
     DATE_DAYS,
     FIRST_DATE,
+    REGIONS,
+    Customers,
     KeptCounter,
     Orders,
     PhaseClock,
@@ -22,6 +24,8 @@ from tidelake_bench.views import (
     ViewsResult,
     base_row,
     canal_values,
+    customer_changes,
+    customer_row,
     extreme_kept,
     headline,
     patched,
@@ -99,6 +103,42 @@ def test_more_changes_than_live_orders_are_refused() -> None:
         Orders(rows=10, customers=3).changes(40, 0.0, 0.0)
 
 
+def test_customers_spread_over_regions_and_move_to_another_one() -> None:
+    rows = [customer_row(i) for i in range(1, 5_001)]
+    assert customer_row(42) == customer_row(42)
+    assert set(REGIONS) == {r["region"] for r in rows}
+    assert min(Counter(r["region"] for r in rows).values()) > 500
+    customers = Customers(count=50, seed=3)
+    seen: dict[int, str] = {}
+    for _ in range(5):
+        changes = customers.changes(4)
+        assert 4 == len({row["id"] for _, row in changes})
+        for op, row in changes:
+            assert op is Op.UPDATE
+            before = seen.get(row["id"], customer_row(row["id"])["region"])
+            assert row["region"] != before
+            assert {k: v for k, v in row.items() if k != "region"} == {
+                k: v for k, v in customer_row(row["id"]).items() if k != "region"
+            }
+            seen[row["id"]] = row["region"]
+            assert customers.row(row["id"]) == row
+
+
+def test_customer_changes_per_round() -> None:
+    assert (2, 20, 1) == tuple(customer_changes(k, 0.02) for k in (100, 1_000, 10))
+
+
+def test_the_orders_changes_do_not_depend_on_the_customers() -> None:
+    """The customers draw from their own generator: the orders' changes stay those of the
+    aggregate-only bench, so its numbers stay comparable."""
+    plain = Orders(rows=1_000, customers=50, seed=7)
+    beside = Orders(rows=1_000, customers=50, seed=7)
+    customers = Customers(count=50, seed=7)
+    for _ in range(3):
+        customers.changes(5)
+        assert plain.changes(100, 0.1, 0.05) == beside.changes(100, 0.1, 0.05)
+
+
 def test_phase_clock_counts_each_phase_without_the_calls_inside_it() -> None:
     clock = PhaseClock()
 
@@ -149,13 +189,23 @@ def test_patched_restores_the_originals() -> None:
     assert module.f is f
 
 
-def _size(rows: int, seconds: dict[int, list[float]], rebuild_s: float) -> SizeRun:
+def _size(
+    rows: int,
+    seconds: dict[int, list[float]],
+    rebuild_s: float,
+    join: dict[int, list[float]] | None = None,
+) -> SizeRun:
     run = SizeRun(rows=rows, rebuild_s=rebuild_s, verified=True)
     for keys, times in seconds.items():
         for i, s in enumerate(times):
             run.steps.append(
                 StepRun(keys, s, keys, keys - 5, i, {"recompute": s / 2, "view_write": 0.5})
             )
+    for keys, times in (join or {}).items():
+        run.customer_changes[keys] = customer_changes(keys, 0.02)
+        run.join_rebuild_s = 2 * rebuild_s
+        for s in times:
+            run.join_steps.append(StepRun(keys, s, keys + 2, keys + 4, 0, {"join_changes": s / 2}))
     return run
 
 
@@ -265,3 +315,35 @@ def test_a_views_only_run_shows_no_empty_tables() -> None:
     assert "| target | value | met |" not in text
     assert text.endswith("|\n")
     assert "\n\n\n" not in text
+
+
+def test_the_join_view_adds_its_own_keys_and_keeps_the_aggregate_ones() -> None:
+    plan = ViewsPlan(table_rows=(1_000, 10_000), customers=50, keys=(10, 100))
+    seconds = {10: [1.0, 3.0, 2.0], 100: [2.0, 2.0, 9.0]}
+    plain = [_size(1_000, seconds, 4.0), _size(10_000, seconds, 20.0)]
+    joined = [
+        _size(1_000, seconds, 4.0, {10: [2.0, 2.0, 2.0], 100: [3.0, 4.0, 5.0]}),
+        _size(10_000, seconds, 20.0, {10: [6.0, 6.0, 7.0], 100: [8.0, 8.0, 8.0]}),
+    ]
+    n, before = headline(plan, joined), headline(plan, plain)
+    assert before == {k: v for k, v in n.items() if k in before}
+    assert not any("join" in k or "customer_changes" in k for k in before)
+    assert 6.0 == n["view_join_step_s[large,k=10]"]
+    assert 4.0 == n["view_join_step_s[small,k=100]"]
+    assert 3.0 == n["view_join_step_growth[k=10]"]
+    assert 2.0 == n["view_join_step_growth[k=100]"]
+    assert 104 == n["view_join_step_groups[large,k=100]"]
+    assert 102 == n["view_join_step_records[small,k=100]"]
+    assert 40.0 == n["view_join_rebuild_s[large]"]
+    assert 2 == n["views_customer_changes[k=100]"]
+    details = ViewsResult(plan, joined).to_json()
+    assert "LEFT JOIN" in details["join_sql"]
+    assert {"10": 1, "100": 2} == details["sizes"][0]["customer_changes"]
+    lines = views_markdown(details)
+    join_at = next(i for i, line in enumerate(lines) if line.startswith("Join view:"))
+    assert "1 at K=10, 2 at K=100" in lines[join_at]
+    assert "| 10,000 | 10 | 6 | 12 | 14 | 0 | 40 | 3 |" in lines[join_at:]
+    assert any("join_changes" in line for line in lines[join_at:])
+    assert "| 1,000 | 10 | 2 | 10 | 5 | 1 | 4 | 1 |" in lines[:join_at]
+    assert not any(line.startswith("Join view:") for line in views_markdown(
+        ViewsResult(plan, plain).to_json()))  # fmt: skip
