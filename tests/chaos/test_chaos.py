@@ -95,6 +95,7 @@ def test_every_fault_kind_on_every_process_loses_duplicates_and_resurrects_nothi
     assert {} == result["unexpected_exits"], result["actions"]
 
 
+@pytest.mark.long  # make e2e; make test keeps the every-fault-kind run as chaos's short form
 def test_object_store_down_slow_and_full_loses_nothing(tmp_path: Path) -> None:
     """Issue 23 deliver 3 (short form), staging in MinIO: MinIO killed and kept down past
     AckWait (every request fails), throttled (frozen and thawed in a duty cycle past

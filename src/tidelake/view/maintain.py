@@ -620,6 +620,8 @@ def _merge(
     if rows < 0 or (stored is None and change["d_rows"] <= 0):
         return None  # takes away rows the view does not hold: read the group again
     new: dict[str, Any] = {KEY: change[KEY], ROWS: rows, DELETED: False}
+    if rows == 0:
+        return new  # the group is gone: no extreme to look for, nothing to read again
     for output in view.outputs:
         if output.group is not None:
             new[output.alias] = change[output.group]

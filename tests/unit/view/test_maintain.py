@@ -88,3 +88,10 @@ def test_a_first_sum_of_zero_is_a_decimal_zero() -> None:
     assert new["total"] == Decimal("0.00")
     assert isinstance(new["total"], Decimal)
     assert new["_tl_n_total"] == 1
+
+
+def test_an_emptied_group_is_deleted_without_reading_it_again() -> None:
+    """Its MAX went with its last rows: nothing is left to look for in the base table."""
+    new = _merge(VIEW, _change(-3, -3, "-10.00", gone_latest=20, gone_first=5), STORED)
+    assert new is not None
+    assert new["_tl_rows"] == 0
