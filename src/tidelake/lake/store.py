@@ -126,6 +126,11 @@ def mark_archived_timeline(spark: SparkSession, path: str) -> None:
     fs, marker = _hadoop_path(spark, f"{path.rstrip('/')}/{ARCHIVE_MARKER}")
     if not fs.exists(marker):
         fs.create(marker, True).close()
+        local = local_dir(path)
+        if local is not None:  # made after the commit's own fsyncs: durable by itself
+            folder = (local / ARCHIVE_MARKER).parent
+            fsync_paths([folder / ".tidelake-keep", folder / "..tidelake-keep.crc"])
+            fsync_dir(folder.parent)
 
 
 def list_dir(spark: SparkSession, path: str) -> list[tuple[str, int]]:
