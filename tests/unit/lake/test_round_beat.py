@@ -21,9 +21,10 @@ from typing import Any, cast
 
 import pytest
 
+from support.rounds import insert_event
 from tidelake.api.monitor import _process, activity
 from tidelake.config import load_config
-from tidelake.events import ChangeEvent, Op, Position
+from tidelake.events import ChangeEvent
 from tidelake.lake.apply import TableResult
 from tidelake.lake.ingest import Ingestor
 from tidelake.lake.ledger import Ledger
@@ -36,26 +37,12 @@ from tidelake.stage.manifest import Manifest
 COMMIT_S = 1.5
 
 
-def _event(seq: int) -> ChangeEvent:
-    return ChangeEvent(
-        source="tidb",
-        database="shop",
-        table="orders",
-        op=Op.INSERT,
-        position=Position((seq,)),
-        pk=("id",),
-        key={"id": str(seq)},
-        after={"id": str(seq)},
-        seq=seq,
-    )
-
-
 class _Source:
     """One round of shop.orders, offered while the cursor is behind it."""
 
     def __init__(self) -> None:
         manifest = cast(Manifest, SimpleNamespace(seq_first=1, seq_last=1))
-        self.round = Round([manifest], {"shop.orders": [_event(1)]})
+        self.round = Round([manifest], {"shop.orders": [insert_event(1)]})
 
     def next_round(self, cursor: int) -> Round | None:
         return self.round if cursor < 1 else None

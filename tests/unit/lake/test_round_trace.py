@@ -15,8 +15,9 @@ from typing import Any, cast
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from support.rounds import insert_event
 from tidelake.config import TracingConfig, load_config
-from tidelake.events import ChangeEvent, Op, Position
+from tidelake.events import ChangeEvent
 from tidelake.lake.after_round import RoundEvents
 from tidelake.lake.apply import TableResult
 from tidelake.lake.ingest import Ingestor
@@ -90,25 +91,11 @@ def test_round_links_stage_spans_and_commits_are_children(
         assert table == attrs["tidelake.table"]
 
 
-def _event(seq: int) -> ChangeEvent:
-    return ChangeEvent(
-        source="tidb",
-        database="shop",
-        table="orders",
-        op=Op.INSERT,
-        position=Position((seq,)),
-        pk=("id",),
-        key={"id": str(seq)},
-        after={"id": str(seq)},
-        seq=seq,
-    )
-
-
 class _Source:
     """One round of shop.orders, offered while the cursor is behind it."""
 
     def __init__(self) -> None:
-        self.round = Round([Manifest("b1", 1, 1, 0, ())], {"shop.orders": [_event(1)]})
+        self.round = Round([Manifest("b1", 1, 1, 0, ())], {"shop.orders": [insert_event(1)]})
 
     def next_round(self, cursor: int) -> Round | None:
         return self.round if cursor < 1 else None

@@ -22,9 +22,10 @@ from typing import Any, cast
 import orjson
 import pytest
 
+from support.rounds import insert_event
 from tidelake.config import Config, load_config
 from tidelake.errors import IngestError, TableRefused
-from tidelake.events import ChangeEvent, Op, Position
+from tidelake.events import ChangeEvent
 from tidelake.lake.apply import TableResult, implausible_time
 from tidelake.lake.failures import heartbeat_in_place, table_failure
 from tidelake.lake.ingest import MAX_TABLE_FAILURES, Ingestor
@@ -35,21 +36,6 @@ from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.manifest import Manifest, write_manifest
 
 
-def _event(table: str, seq: int) -> ChangeEvent:
-    db, name = table.split(".")
-    return ChangeEvent(
-        source="tidb",
-        database=db,
-        table=name,
-        op=Op.INSERT,
-        position=Position((seq,)),
-        pk=("id",),
-        key={"id": str(seq)},
-        after={"id": str(seq)},
-        seq=seq,
-    )
-
-
 class _Source:
     """One round holding seqs 1..2 of two tables, offered while the cursor is behind it."""
 
@@ -57,7 +43,10 @@ class _Source:
         manifest = cast(Manifest, SimpleNamespace(seq_first=1, seq_last=2))  # all Round reads
         self.round = Round(
             [manifest],
-            {"shop.bad": [_event("shop.bad", 1)], "shop.good": [_event("shop.good", 2)]},
+            {
+                "shop.bad": [insert_event(1, "shop.bad")],
+                "shop.good": [insert_event(2, "shop.good")],
+            },
         )
 
     def next_round(self, cursor: int) -> Round | None:
@@ -192,8 +181,8 @@ def test_an_event_whose_commit_time_no_timestamp_holds_is_refused_by_the_ingest(
     """Probe: an ``es`` of 10^15 staged before the stager checked positions made the ingest's
     commit raise ("year is out of range") every round; the ingest now dead-letters that
     event alone (``implausible_time``) and commits the rest of its table."""
-    bad = replace(_event("shop.orders", 1), commit_ts_ms=10**15)
-    good = replace(_event("shop.orders", 2), commit_ts_ms=1_704_067_200_000)
+    bad = replace(insert_event(1, "shop.orders"), commit_ts_ms=10**15)
+    good = replace(insert_event(2, "shop.orders"), commit_ts_ms=1_704_067_200_000)
     reason = implausible_time(bad)
     assert reason is not None
     assert reason.startswith("implausible_position: shop.orders commit time 1000000000000000 ms")
