@@ -62,7 +62,7 @@ from tidelake_bench.changes import (
     ChangeStream,
 )
 from tidelake_bench.jobs import run_job
-from tidelake_bench.memory import PeakRss, children, command_name
+from tidelake_bench.memory import PeakRss, children, command_name, cpu_seconds
 from tidelake_bench.stats import per_second
 
 if TYPE_CHECKING:
@@ -90,8 +90,10 @@ class IngestPlan:
     large_rows: int | None = 10_000_000
     seed: int = 11
     #: More tidelake contenders, ``tidelake[<name>]``, each on its own copy of the base
-    #: table with these Hudi options added (``lake.hudi_options``): an optimisation measured
-    #: against the defaults in the same run.
+    #: table with these Hudi options added (``lake.hudi_options``), and ``TIDELAKE_*`` keys
+    #: as environment overrides of its configuration: an optimisation measured against the
+    #: defaults in the same run. A variant changing the table's layout (``LAYOUT_SETTINGS``)
+    #: gets a base table of its own, built with its settings.
     variants: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -101,6 +103,8 @@ class Contender:
 
     name: str
     seconds: list[float] = field(default_factory=list)
+    #: CPU seconds of each timed batch: the bench process and its Spark JVM together.
+    cpu_seconds: list[float] = field(default_factory=list)
     records: int = 0
     warmup_s: float | None = None
     error: str | None = None
@@ -110,11 +114,17 @@ class Contender:
     def records_per_s(self) -> float | None:
         return per_second(self.records, sum(self.seconds)) if self.seconds else None
 
+    @property
+    def records_per_cpu_s(self) -> float | None:
+        return per_second(self.records, sum(self.cpu_seconds)) if self.cpu_seconds else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "records_per_s": self.records_per_s,
+            "records_per_cpu_s": self.records_per_cpu_s,
             "records": self.records,
             "seconds": [round(s, 3) for s in self.seconds],
+            "cpu_seconds": [round(s, 3) for s in self.cpu_seconds],
             "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 3),
             "error": self.error,
             "peak_rss_mib": self.peak_rss_mib,
@@ -175,6 +185,23 @@ class IngestResult:
             "index_by_rows": {str(k): v for k, v in self.index.items()},
             "hudi_0_14": self.hudi014,
         }
+
+
+#: Settings a table keeps from its first write: a variant setting one gets a base table of
+#: its own, written with the variant's settings, instead of a copy of the defaults' base.
+LAYOUT_SETTINGS = frozenset(
+    {
+        "TIDELAKE_LAKE__TABLE_TYPE",
+        "hoodie.datasource.write.table.type",
+        "hoodie.index.type",
+        "hoodie.bucket.index.num.buckets",
+    }
+)
+
+
+def fixes_layout(options: dict[str, str]) -> bool:
+    """Whether a variant's settings change how its table is laid out on its first write."""
+    return bool(LAYOUT_SETTINGS & options.keys())
 
 
 def bench_config(home: Path, plan: IngestPlan, **env: str) -> Config:
@@ -264,7 +291,7 @@ def run_ingest_bench(home: Path, plan: IngestPlan, log: Log) -> IngestResult:
     jvm = _java_children()
     sampler = PeakRss(lambda: jvm).start()
     try:
-        _run(spark, home, plan, small, storage, result, log)
+        _run(spark, home, plan, small, storage, result, log, jvm)
     finally:
         sampler.stop()
         result.driver_peak_rss_mib = sampler.peak_mib
@@ -280,6 +307,7 @@ def _run(
     storage: LocalStorage,
     result: IngestResult,
     log: Log,
+    jvm: list[int],
 ) -> None:
     log(f"base table: {plan.table_rows:,} rows (bulk_insert)")
     per_file = max(1, plan.table_rows // FILES_PER_TABLE_ROWS)
@@ -320,10 +348,12 @@ def _run(
     if large is not None:
         contenders[f"tidelake_{plan.large_rows}"] = Contender(f"tidelake_{plan.large_rows}")
     variant_ingestors: dict[str, Ingestor] = {}
-    for name, hudi_options in plan.variants.items():
+    for name, options in plan.variants.items():
+        env = {k: v for k, v in options.items() if k.startswith("TIDELAKE_")}
+        hudi_options = {k: v for k, v in options.items() if k not in env}
         bases = [("tidelake", small)] + ([(f"tidelake_{plan.large_rows}", large)] if large else [])
         for prefix, base in bases:
-            variant = bench_config(home / f"variant-{name}-{prefix}", plan)
+            variant = bench_config(home / f"variant-{name}-{prefix}", plan, **env)
             variant = variant.model_copy(
                 update={
                     "lake": variant.lake.model_copy(
@@ -331,10 +361,15 @@ def _run(
                     )
                 }
             )
-            shutil.copytree(
-                table_path(base.lake_root, DATABASE, TABLE),
-                table_path(variant.lake_root, DATABASE, TABLE),
-            )
+            if fixes_layout(options):
+                rows = plan.table_rows if base is small else (plan.large_rows or 0)
+                log(f"variant {name}: its own base table of {rows:,} rows (bulk_insert)")
+                build_base_table(spark, variant, rows, per_file)
+            else:
+                shutil.copytree(
+                    table_path(base.lake_root, DATABASE, TABLE),
+                    table_path(variant.lake_root, DATABASE, TABLE),
+                )
             variant_ingestors[f"{prefix}[{name}]"] = Ingestor(variant, spark, storage)
             contenders[f"{prefix}[{name}]"] = Contender(f"{prefix}[{name}]")
     result.contenders = contenders
@@ -371,12 +406,15 @@ def _run(
         for name, ingestor in variant_ingestors.items():
             runs.append((name, partial(tidelake_step, ingestor, len(batch.events))))
         for name, fn in runs:
+            cpu = cpu_seconds([os.getpid(), *jvm])
             seconds = _timed(fn)
+            cpu = cpu_seconds([os.getpid(), *jvm]) - cpu
             contender = contenders[name]
             if i == 0:
                 contender.warmup_s = seconds
             else:
                 contender.seconds.append(seconds)
+                contender.cpu_seconds.append(cpu)
                 contender.records += records[i]
         log(
             f"batch {i + 1}/{len(batches)}"

@@ -1,8 +1,9 @@
 """Peak memory of processes, from ``/proc``: resident set size sampled, and the kernel's own
-high-water mark (``VmHWM``) of each process while it lives."""
+high-water mark (``VmHWM``) of each process while it lives; and the CPU seconds they used."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,6 +23,23 @@ def status_kib(pid: int, field: str, proc: Path = Path("/proc")) -> int | None:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return None
+
+
+def cpu_seconds(pids: Iterable[int], proc: Path = Path("/proc")) -> float:
+    """User + system CPU seconds ``pids`` have used so far (``/proc/<pid>/stat``, every
+    thread); a process that is gone counts 0."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name (which may hold spaces): utime and stime are the
+        # 14th and 15th fields of the line, the 12th and 13th after ``) ``.
+        fields = stat.rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def children(pid: int, proc: Path = Path("/proc")) -> list[int]:

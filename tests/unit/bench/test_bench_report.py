@@ -54,15 +54,64 @@ def test_ratios_are_derived_from_the_numbers() -> None:
 def test_targets_are_met_or_not_or_unknown() -> None:
     """Each of the issue's targets is checked; one without a number is neither met nor not."""
     targets = _result(
+        freshness_rate=1_000,
+        freshness_seconds=600,
+        freshness_publish_events_per_s=1_000.0,
         freshness_p99_s=12.0,
         stage_events_per_s=20_000.0,
         nats_bench_events_per_s=30_000.0,
         stage_events_per_cpu_s=30_000.0,
     ).targets()
     assert False is targets["freshness_p99"]["met"]
-    assert True is targets["stager"]["met"]  # 0.667x nats bench
+    assert None is targets["freshness_p99_high"]["met"]
+    assert False is targets["stager"]["met"]  # 0.667x nats bench, 30,000 per CPU second
+    assert None is targets["ingest"]["met"]
     assert None is targets["ingest_vs_hoodiestreamer"]["met"]
     assert None is targets["commit_growth"]["met"]
+    stager = _result(
+        stage_events_per_s=30_000.0,
+        nats_bench_events_per_s=40_000.0,
+        stage_events_per_cpu_s=100_000.0,
+    ).targets()["stager"]
+    assert {"events_per_cpu_s": 100_000.0, "vs_nats_bench": 0.75} == stager["value"]
+    assert True is stager["met"]
+
+
+def test_freshness_is_met_only_when_sustained_at_the_rate_asked() -> None:
+    """A p99 within the limit counts only for a 10-minute run that reached 95% of its rate and
+    left the lake equal to the source; a p99 above the limit fails any run."""
+
+    def met(**numbers: object) -> bool | None:
+        base: dict[str, object] = {
+            "freshness_high_rate": 10_000,
+            "freshness_high_seconds": 600,
+            "freshness_high_publish_events_per_s": 9_600.0,
+            "freshness_high_p99_s": 4.0,
+            "freshness_high_mismatches": 0,
+        }
+        return _result(**(base | numbers)).targets()["freshness_p99_high"]["met"]
+
+    assert True is met()
+    assert None is met(freshness_high_seconds=45)
+    assert None is met(freshness_high_publish_events_per_s=9_000.0)
+    assert False is met(freshness_high_p99_s=5.5)
+    assert False is met(freshness_high_p99_s=5.5, freshness_high_seconds=45)
+    assert False is met(freshness_high_mismatches=3)
+
+
+def test_ingest_goal_needs_rate_cpu_and_datasource_ratio() -> None:
+    """Into the 10M-row table: 20,000 changes/s, 10,000 per CPU second, 1.5x the datasource."""
+    numbers = {
+        "ingest_records_per_s_large": 21_000.0,
+        "ingest_records_per_cpu_s_large": 11_000.0,
+        "ingest_records_per_s": 3_000.0,
+        "hudi_datasource_records_per_s": 2_000.0,
+    }
+    assert True is _result(**numbers).targets()["ingest"]["met"]
+    slow = numbers | {"ingest_records_per_cpu_s_large": 9_000.0}
+    assert False is _result(**slow).targets()["ingest"]["met"]
+    partial = {k: v for k, v in numbers.items() if k != "hudi_datasource_records_per_s"}
+    assert None is _result(**partial).targets()["ingest"]["met"]
 
 
 def test_hoodiestreamer_is_bridged_through_the_datasource_writers_when_not_same_hudi() -> None:
