@@ -348,6 +348,8 @@ def _run(
     if large is not None:
         contenders[f"tidelake_{plan.large_rows}"] = Contender(f"tidelake_{plan.large_rows}")
     variant_ingestors: dict[str, Ingestor] = {}
+    #: Per variant contender: its table and its base rows, for the row count at the end.
+    variant_lakes: dict[str, tuple[str, int]] = {}
     for name, options in plan.variants.items():
         env = {k: v for k, v in options.items() if k.startswith("TIDELAKE_")}
         hudi_options = {k: v for k, v in options.items() if k not in env}
@@ -362,15 +364,19 @@ def _run(
                 }
             )
             if fixes_layout(options):
-                rows = plan.table_rows if base is small else (plan.large_rows or 0)
-                log(f"variant {name}: its own base table of {rows:,} rows (bulk_insert)")
-                build_base_table(spark, variant, rows, per_file)
+                base_rows = plan.table_rows if base is small else (plan.large_rows or 0)
+                log(f"variant {name}: its own base table of {base_rows:,} rows (bulk_insert)")
+                build_base_table(spark, variant, base_rows, per_file)
             else:
                 shutil.copytree(
                     table_path(base.lake_root, DATABASE, TABLE),
                     table_path(variant.lake_root, DATABASE, TABLE),
                 )
             variant_ingestors[f"{prefix}[{name}]"] = Ingestor(variant, spark, storage)
+            variant_lakes[f"{prefix}[{name}]"] = (
+                table_path(variant.lake_root, DATABASE, TABLE),
+                plan.table_rows if base is small else (plan.large_rows or 0),
+            )
             contenders[f"{prefix}[{name}]"] = Contender(f"{prefix}[{name}]")
     result.contenders = contenders
     ingest_small = Ingestor(small, spark, storage)
@@ -446,6 +452,9 @@ def _run(
             plan.large_rows + inserted - deleted,
             _count(spark, table_path(large.lake_root, DATABASE, TABLE)),
         )
+
+    for name, (path, base_rows) in variant_lakes.items():
+        result.rows[name] = (base_rows + inserted - deleted, _count(spark, path))
 
     streamer = Contender("hoodiestreamer")
     contenders["hoodiestreamer"] = streamer
