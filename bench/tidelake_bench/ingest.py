@@ -205,10 +205,14 @@ def fixes_layout(options: dict[str, str]) -> bool:
 
 
 def bench_config(home: Path, plan: IngestPlan, **env: str) -> Config:
-    """The ingest's default configuration under ``home``, one manifest per round."""
+    """The ingest's default configuration under ``home``, one manifest per round, staged
+    batches kept."""
     environ = {
         "TIDELAKE_HOME": str(home),
         "TIDELAKE_INGEST__MAX_BATCH_EVENTS": str(plan.batch_events),
+        # Every contender's ingest reads the same staged batches: none may retire them (the
+        # first to pass a batch deleted it under the others once its 10 s interval was up).
+        "TIDELAKE_STAGE__RETENTION__INTERVAL_S": str(10**9),
         **env,
     }
     return load_config(None, environ=environ)
