@@ -287,8 +287,13 @@ _ROWS = (
         "tables: messages not visible when the wait ended (figures are lower bounds)",
         "tables_not_visible",
     ),
+    (
+        "tables: s until every table existed (first rows, before the measured stream)",
+        "tables_created_s",
+    ),
+    ("tables: a table's creating commit s p50", "tables_create_commit_s_p50"),
     ("tables: Hudi commits", "tables_commits"),
-    ("tables: ingest rounds", "tables_rounds"),
+    ("tables: ingest rounds (creating no table)", "tables_rounds"),
     (
         "tables: ingest round s p50 (first commit's start to last commit's end)",
         "tables_round_s_p50",

@@ -407,6 +407,8 @@ def _tables(
         "tables_freshness_p99_s": tables.freshness_p99_s,
         "tables_freshness_max_s": tables.freshness_max_s,
         "tables_not_visible": tables.not_visible,
+        "tables_created_s": tables.tables_created_s,
+        "tables_create_commit_s_p50": tables.create_commit_s_p50,
         "tables_commits": tables.commits,
         "tables_rounds": tables.rounds,
         "tables_round_s_p50": tables.round_s_p50,
