@@ -286,7 +286,14 @@ def open_tables(
         )
     )
     progress.remove_task(task)
-    wait_for_lake(opened, stack, opts.catch_up_timeout_s, progress, label="creating the tables")
+    try:
+        wait_for_lake(opened, stack, opts.catch_up_timeout_s, progress, label="creating the tables")
+    except LakeBehindError as exc:
+        created = len({c.table for c in exc.commits})
+        raise TimeoutError(
+            f"the lake created {created:,} of {len(workload.tables):,} tables within "
+            f"{opts.catch_up_timeout_s:.0f} s"
+        ) from exc
     return round(time.monotonic() - started, 1)
 
 
