@@ -29,12 +29,13 @@ def _decoded(txns: list[list[Message]]) -> list[ChangeEvent]:
     return out
 
 
-def test_expected_rows_equal_the_fold_of_the_decoded_stream() -> None:
-    """Keeping the last event per key by position of the decoded stream gives exactly the
-    workload's expected rows, table by table: the generator's books and its messages agree."""
-    w, txns = _run(12, 6_000)
+def _fold(events: list[ChangeEvent]) -> dict[str, list[dict[str, str | None]]]:
+    """The rows a table holds after ``events``: the last row event per key by position (DDL
+    left out), deleted keys gone, sorted by key."""
     last: dict[tuple[str, tuple[str, ...]], ChangeEvent] = {}
-    for ev in _decoded(txns):
+    for ev in events:
+        if not ev.op.is_row_change:
+            continue
         key = (ev.table_id, tuple(str(v) for v in (ev.key or {}).values()))
         if key not in last or last[key].position < ev.position:
             last[key] = ev
@@ -43,7 +44,14 @@ def test_expected_rows_equal_the_fold_of_the_decoded_stream() -> None:
         rows = folded.setdefault(table, [])
         if ev.op is not Op.DELETE:
             rows.append(ev.after)  # type: ignore[arg-type]
-    assert w.expected_rows() == folded
+    return folded
+
+
+def test_expected_rows_equal_the_fold_of_the_decoded_stream() -> None:
+    """Keeping the last event per key by position of the decoded stream gives exactly the
+    workload's expected rows, table by table: the generator's books and its messages agree."""
+    w, txns = _run(12, 6_000)
+    assert w.expected_rows() == _fold(_decoded(txns))
 
 
 def test_every_table_receives_its_share() -> None:
@@ -122,3 +130,21 @@ def test_no_tables_is_refused() -> None:
     """A workload over zero tables is a mistake, said at once."""
     with pytest.raises(ValueError, match="at least 1"):
         ManyTablesSpec(tables=0)
+
+
+def test_the_opening_gives_each_table_its_first_row_before_the_stream() -> None:
+    """``opening()``: each table's CREATE TABLE (when asked) then one insert per table, a
+    transaction each; ``transactions()`` then adds ``spec.events`` more messages, without
+    the CREATE TABLEs again, and the expected rows still fold from the whole stream."""
+    w = ManyTablesWorkload(ManyTablesSpec(tables=6, events=300, seed=1, create_tables=True))
+    opening = list(w.opening())
+    kinds = [orjson.loads(txn[0].payload)["type"] for txn in opening]
+    assert ["CREATE"] * 6 + ["INSERT"] * 6 == kinds
+    assert [1] * 12 == [len(txn) for txn in opening]
+    assert w.tables == [txn[0].table for txn in opening[6:]]
+    rest = list(w.transactions())
+    assert 300 <= sum(len(txn) for txn in rest) <= 301  # the last transaction may hold two
+    assert not any(orjson.loads(m.payload)["isDdl"] for txn in rest for m in txn)
+    first_rows = [(ev.table_id, (ev.key or {}).get("id")) for ev in _decoded(opening)[6:]]
+    assert [(f"shop.{t}", "1") for t in w.tables] == first_rows
+    assert w.expected_rows() == _fold(_decoded(opening + rest))
