@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -95,6 +96,8 @@ class PeakRss:
         self._thread: threading.Thread | None = None
         self.peak_sum_kib = 0
         self.hwm_kib: dict[int, int] = {}
+        #: (monotonic seconds, sum of RSS in KiB) of every sample, in order.
+        self.sums: list[tuple[float, int]] = []
 
     def sample(self) -> None:
         total = 0
@@ -105,6 +108,7 @@ class PeakRss:
             if hwm is not None:
                 self.hwm_kib[pid] = max(hwm, self.hwm_kib.get(pid, 0))
         self.peak_sum_kib = max(self.peak_sum_kib, total)
+        self.sums.append((time.monotonic(), total))
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -127,6 +131,19 @@ class PeakRss:
         """The larger of the sampled peak of the sum and the largest single ``VmHWM``."""
         best = max([self.peak_sum_kib, *self.hwm_kib.values()])
         return mib(best) if best else None
+
+    def peaks_per_window(self, window_s: float) -> list[float | None]:
+        """The sampled peak of the sum (MiB) in each ``window_s`` from the first sample on,
+        None for a window in which nothing ran: whether memory levels off or keeps growing."""
+        if not self.sums:
+            return []
+        first = self.sums[0][0]
+        peaks: list[int] = []
+        for at, total in self.sums:
+            window = int((at - first) // window_s)
+            peaks += [0] * (window + 1 - len(peaks))
+            peaks[window] = max(peaks[window], total)
+        return [mib(kib) if kib else None for kib in peaks]
 
     def __enter__(self) -> PeakRss:
         return self.start()

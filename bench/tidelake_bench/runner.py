@@ -1,8 +1,9 @@
 """``tidelake bench``: the parts in one run, their numbers in one result.
 
 Parts run one after the other, never at the same time (each would slow the others): the
-stager against ``nats bench``, the ingest contenders, then the pipeline's freshness. The
-machine's load average is recorded before and after each part.
+stager against ``nats bench``, the ingest contenders, then the pipeline's freshness, … and
+the pipeline over many tables. The machine's load average is recorded before and after each
+part.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
 from tidelake_bench.views import ViewsPlan
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views")
+PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views", "tables")
 #: The parts that use what ``bench/setup`` puts in place (the NATS CLI; HoodieStreamer's and
 #: Hudi 0.14's jars and PySpark): a run of other parts skips it (a first set-up builds and
 #: downloads for minutes, and would load the machine the other parts measure).
@@ -58,6 +59,14 @@ class Sizes:
     snapshot_initial_rows: int = 1_000_000
     #: The view's base table at two sizes, and the changed keys per step (``views.py``).
     views: ViewsPlan = field(default_factory=ViewsPlan)
+    #: Many active tables (``tables.py``): how many, events/s each, seconds of publishing,
+    #: and how long the lake may take to create the tables, and to catch up after the
+    #: publishing, before the wait ends (the freshness figures are then lower bounds). The
+    #: quick run took 58 s to create 50 tables (load average 7): 1,000 take ~20 minutes.
+    tables: int = 1_000
+    tables_rate: float = 10.0
+    tables_seconds: float = 600.0
+    tables_catch_up_s: float = 1_800.0
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 10 minutes of freshness at
@@ -80,6 +89,9 @@ QUICK = Sizes(
     snapshot_rows=200_000,
     snapshot_initial_rows=50_000,
     views=ViewsPlan(table_rows=(20_000, 200_000)),
+    tables=50,
+    tables_seconds=60,
+    tables_catch_up_s=600.0,
 )
 
 
@@ -141,6 +153,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "capture": lambda: _capture(home, sizes, n, result, log),
         "snapshot": lambda: _snapshot(home, sizes, n, result, log),
         "views": lambda: _views(home, sizes, n, result, log),
+        "tables": lambda: _tables(home, sizes, n, result, log, console),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -380,6 +393,64 @@ def _freshness(
         if fresh.mismatches:
             result.errors.append(f"{at}: the lake differs from the source ({fresh.mismatches})")
         log(f"{at}: p50 {fresh.freshness_p50_s} s, p99 {fresh.freshness_p99_s} s")
+
+
+def _tables(
+    home: Path,
+    sizes: Sizes,
+    n: dict[str, Any],
+    result: BenchResult,
+    log: Callable[[str], None],
+    console: Console,
+) -> None:
+    """Many active tables through the demo pipeline: freshness, rounds, memory, verified."""
+    from tidelake_bench.tables import run_tables_bench
+
+    tables = run_tables_bench(
+        home / "tables",
+        sizes.tables,
+        sizes.tables_rate,
+        sizes.tables_seconds,
+        sizes.tables_catch_up_s,
+        log,
+        console,
+    )
+    result.details["tables"] = tables.to_json()
+    n |= {
+        "tables_count": tables.tables,
+        "tables_rate_per_table": tables.rate_per_table,
+        "tables_seconds": tables.seconds,
+        "tables_events": tables.events,
+        "tables_events_per_s": tables.publish_events_per_s,
+        "tables_events_per_s_per_table": tables.events_per_s_per_table,
+        "tables_freshness_p50_s": tables.freshness_p50_s,
+        "tables_freshness_p99_s": tables.freshness_p99_s,
+        "tables_freshness_max_s": tables.freshness_max_s,
+        "tables_not_visible": tables.not_visible,
+        "tables_created_s": tables.tables_created_s,
+        "tables_create_commit_s_p50": tables.create_commit_s_p50,
+        "tables_commits": tables.commits,
+        "tables_rounds": tables.rounds,
+        "tables_round_s_p50": tables.round_s_p50,
+        "tables_round_s_max": tables.round_s_max,
+        "tables_round_commits_mean": tables.round_commits_mean,
+        "tables_commit_s_p50": tables.commit_s_p50,
+        "tables_verified": tables.tables_verified,
+        "tables_rows_verified": tables.rows_in_lake if tables.mismatches is not None else None,
+        "tables_mismatches": tables.mismatches,
+        "tables_stager_peak_rss_mib": tables.stager_peak_rss_mib,
+        "tables_ingest_peak_rss_mib": tables.ingest_peak_rss_mib,
+    }
+    if tables.error:
+        result.errors.append(f"tables: {tables.error}")
+    if tables.mismatches:
+        result.errors.append(f"tables: the lake differs from the source ({tables.mismatches})")
+    bound = " (lower bounds)" if tables.not_visible else ""
+    log(
+        f"{tables.tables:,} tables: freshness p50 {tables.freshness_p50_s} s, p99 "
+        f"{tables.freshness_p99_s} s{bound}; {tables.rounds} ingest rounds, p50 "
+        f"{tables.round_s_p50} s"
+    )
 
 
 def _round(value: float | None) -> float | None:

@@ -227,6 +227,17 @@ def demo(
             "mid-view-update; each view checked against its full recomputation",
         ),
     ] = False,
+    tables: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="N tables of one schema (shop.store_0001 …) instead of the order system, the "
+            "transactions spread round-robin over them (--rate is the total: each table gets "
+            "rate/N events/s); the tables are declared in lake.tables, as for a changefeed "
+            "started on existing tables",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -243,6 +254,14 @@ def demo(
     if views and (source is not None or kafka or bus == "kafka"):
         err_console.print("[bold red]--views runs with the workload on a NATS bus only[/]")
         raise typer.Exit(2)
+    if tables is not None and (
+        source is not None or kafka or bus == "kafka" or with_ddl or sinks or views
+    ):
+        err_console.print(
+            "[bold red]--tables runs the many-tables workload on a NATS bus, without "
+            "--source, --kafka, --with-ddl, --sinks or --views[/]"
+        )
+        raise typer.Exit(2)
     out = err_console if json else console
     options = DemoOptions(
         sinks=sinks,
@@ -255,6 +274,7 @@ def demo(
         object_store=object_store,
         with_ddl=with_ddl,
         trino=trino,
+        tables=tables,
     )
     if source is not None:
         from tidelake.pipeline.demo_source import run_source_demo
@@ -864,8 +884,8 @@ def bench(
     part: Annotated[
         list[str] | None,
         typer.Option(
-            help="stage, ingest, freshness, nats_sync, capture, snapshot or views (repeatable; "
-            "default all; docs/benchmarks.md)"
+            help="stage, ingest, freshness, nats_sync, capture, snapshot, views or tables "
+            "(repeatable; default all; docs/benchmarks.md)"
         ),
     ] = None,
     home: Annotated[

@@ -1,8 +1,9 @@
 """``tidelake demo``: the whole pipeline on embedded defaults, verified row by row.
 
 The local stack (``pipeline/stack.py``: an embedded nats-server, the stager and the
-continuous ingest as separate processes, as in production); the order workload published as
-TiCDC canal-json at a steady rate once the stack is healthy; then a wait until every table's
+continuous ingest as separate processes, as in production); the order workload (or, with
+``tables``, the many-tables workload: ``workload/many_tables.py``) published as TiCDC
+canal-json at a steady rate once the stack is healthy; then a wait until every table's
 Hudi checkpoint covers the last message published to it (the ledger's commit log), and a
 row-by-row comparison of every table (read JVM-free through hudi-rs) with the workload's
 expected state. Freshness is source commit time → the Hudi commit that made the row visible.
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,9 @@ from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.runtime import tracing
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
+from tidelake.workload.many_tables import ManyTablesSpec, ManyTablesWorkload
 from tidelake.workload.orders import DATABASE, OrderWorkload, WorkloadSpec
+from tidelake.workload.ticdc import Message, Workload
 
 if TYPE_CHECKING:
     from tidelake.pipeline.demo_sinks import DemoSinks
@@ -74,6 +77,9 @@ class DemoOptions:
     #: Two views over the orders kept by the ingest, which is killed -9 twice; each checked
     #: against its recomputation (pipeline/demo_views.py).
     views: bool = False
+    #: None: the order workload. N: the many-tables workload over N tables of one schema,
+    #: changed round-robin (workload/many_tables.py), declared in ``lake.tables``.
+    tables: int | None = None
 
 
 @dataclass
@@ -103,15 +109,25 @@ class DemoResult:
     sink_mismatches: int | None = None
     #: ``--views``: per view, its rows, the recomputation's, and the differences.
     views: list[dict[str, Any]] | None = None
+    #: Messages the lake had not made visible when the wait for it timed out (None: it
+    #: caught up). Each counts with its age at that moment, so the freshness figures are
+    #: then lower bounds.
+    not_visible: int | None = None
+    #: ``tables``: seconds from the tables' first rows, published before the measured stream,
+    #: until the lake had created every table (DemoOptions.tables; not in the freshness).
+    tables_created_s: float | None = None
 
     @property
     def view_mismatches(self) -> int | None:
         return None if self.views is None else sum(v["mismatches"] for v in self.views)
 
-    def measure_freshness(self, published: Published, commits: list[CommitRecord]) -> None:
-        """Freshness percentiles: each message's source commit → the commit covering it."""
+    def measure_freshness(
+        self, published: Published, commits: list[CommitRecord], until_ms: int | None = None
+    ) -> None:
+        """Freshness percentiles: each message's source commit → the commit covering it.
+        ``until_ms``: the wait ended then with messages still not covered (lower bounds)."""
         self.commits = len(commits)
-        fresh = _freshness(published, commits)
+        fresh, self.not_visible = _freshness(published, commits, until_ms)
         self.freshness_p50_s = _percentile(fresh, 50)
         self.freshness_p99_s = _percentile(fresh, 99)
         self.freshness_max_s = round(max(fresh), 3) if fresh else None
@@ -160,12 +176,17 @@ class Published:
         self.commit_ms[table].append(commit_ts_ms)
 
 
-def _freshness(published: Published, commits: list[CommitRecord]) -> list[float]:
-    """Seconds from each message's source commit to the commit that covered it."""
+def _freshness(
+    published: Published, commits: list[CommitRecord], until_ms: int | None = None
+) -> tuple[list[float], int | None]:
+    """Seconds from each message's source commit to the commit that covered it. With
+    ``until_ms``, a message no commit covered counts with its age at ``until_ms`` (a lower
+    bound), and their number comes second; else it is left out and None comes second."""
     by_table: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for c in commits:
         by_table[c.table].append((c.seq, c.committed_at_ms))
     out: list[float] = []
+    not_visible = 0
     for table, seqs in published.seqs.items():
         timeline = sorted(by_table.get(f"{DATABASE}.{table}", []))
         # A later commit never has a smaller checkpoint; keep the earliest time per seq.
@@ -174,7 +195,19 @@ def _freshness(published: Published, commits: list[CommitRecord]) -> list[float]
             i = bisect.bisect_left(tseqs, seq)
             if i < len(timeline):
                 out.append(max(0.0, (timeline[i][1] - commit_ms) / 1000))
-    return out
+            elif until_ms is not None:
+                out.append(max(0.0, (until_ms - commit_ms) / 1000))
+                not_visible += 1
+    return out, not_visible if until_ms is not None else None
+
+
+class LakeBehindError(TimeoutError):
+    """The lake did not cover every published message in time; ``commits``: what it made."""
+
+    def __init__(self, timeout_s: float, commits: list[CommitRecord]) -> None:
+        super().__init__(f"the lake did not catch up within {timeout_s:.0f} s")
+        self.commits = commits
+        self.at_ms = int(time.time() * 1000)
 
 
 def _percentile(values: list[float], q: int) -> float | None:
@@ -188,13 +221,16 @@ def _percentile(values: list[float], q: int) -> float | None:
 async def publish_workload(
     cfg: Config,
     url: str,
-    workload: OrderWorkload,
+    workload: Workload,
     rate: float,
     on_sent: Callable[[int], None] | None = None,
+    *,
+    transactions: Iterable[list[Message]] | None = None,
 ) -> tuple[Published, float]:
-    """Publish every transaction of ``workload`` at ``rate`` events/s, in order, and wait for
-    the last PubAck; returns what was stored and the rate achieved. Survives nats-server
-    restarts (the publisher re-opens its connection and republishes in order)."""
+    """Publish every transaction of ``workload`` (or ``transactions``, a part of it) at
+    ``rate`` events/s, in order, and wait for the last PubAck; returns what was stored and
+    the rate achieved. Survives nats-server restarts (the publisher re-opens its connection
+    and republishes in order)."""
     nc = await connect(cfg.bus, url)
     try:
         js = nc.jetstream()
@@ -208,7 +244,7 @@ async def publish_workload(
     async with await Publisher.open(cfg.bus, url, on_acked=published.record) as pub:
         start = time.monotonic()
         sent = 0
-        for txn in workload.transactions():
+        for txn in workload.transactions() if transactions is None else transactions:
             for msg in txn:
                 await pub.publish(
                     msg.subject, msg.payload, msg.msg_id, (msg.table, msg.commit_ts_ms)
@@ -227,7 +263,7 @@ async def publish_workload(
 
 
 async def _publish(
-    cfg: Config, url: str, workload: OrderWorkload, opts: DemoOptions, progress: Progress
+    cfg: Config, url: str, workload: Workload, opts: DemoOptions, progress: Progress
 ) -> tuple[Published, float]:
     task = progress.add_task("publishing canal-json", total=opts.events)
 
@@ -237,18 +273,43 @@ async def _publish(
     return await publish_workload(cfg, url, workload, opts.rate, advance)
 
 
+def open_tables(
+    stack: LocalStack, workload: ManyTablesWorkload, opts: DemoOptions, progress: Progress
+) -> float:
+    """Each table's first row, published before the measured stream, and the wait until the
+    lake has created every table: seconds from the first row to the last table created."""
+    started = time.monotonic()
+    task = progress.add_task(f"first row of {len(workload.tables):,} tables", total=None)
+    opened, _ = asyncio.run(
+        publish_workload(
+            stack.cfg, stack.bus_url, workload, opts.rate, transactions=workload.opening()
+        )
+    )
+    progress.remove_task(task)
+    try:
+        wait_for_lake(opened, stack, opts.catch_up_timeout_s, progress, label="creating the tables")
+    except LakeBehindError as exc:
+        created = len({c.table for c in exc.commits})
+        raise TimeoutError(
+            f"the lake created {created:,} of {len(workload.tables):,} tables within "
+            f"{opts.catch_up_timeout_s:.0f} s"
+        ) from exc
+    return round(time.monotonic() - started, 1)
+
+
 def wait_for_lake(
     published: Published,
     stack: LocalStack,
     timeout_s: float,
     progress: Progress,
     restarting: threading.Event | None = None,
+    label: str = "waiting for the lake",
 ) -> list[CommitRecord]:
     """Until every table's commits cover the last message published to it; the commits.
     A stage process that exits meanwhile raises with its log."""
     last = {f"{DATABASE}.{t}": seqs[-1] for t, seqs in published.seqs.items() if seqs}
     total = sum(len(s) for s in published.seqs.values())
-    task = progress.add_task("waiting for the lake", total=total)
+    task = progress.add_task(label, total=total)
     deadline = time.monotonic() + timeout_s
     tail = Ledger(stack.cfg.lake_state_dir).commit_tail()
     commits: list[CommitRecord] = []
@@ -277,7 +338,7 @@ def wait_for_lake(
             )
         )
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the lake did not catch up within {timeout_s:.0f} s")
+            raise LakeBehindError(timeout_s, commits)
         time.sleep(0.25)
 
 
@@ -342,7 +403,7 @@ def wait_for_ingest(stack: LocalStack, console: Console) -> None:
         stack.wait_healthy(300)
 
 
-def verify_workload(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
+def verify_workload(cfg: Config, workload: Workload) -> list[Comparison]:
     """Every table row by row and column by column; tables the DDL dropped must be gone."""
     from tidelake.verify.lake import read_table  # hudi-rs: JVM-free
 
@@ -365,6 +426,19 @@ def verify_workload(cfg: Config, workload: OrderWorkload) -> list[Comparison]:
     return results
 
 
+def demo_workload(opts: DemoOptions) -> Workload:
+    """The workload ``opts`` asks for: many tables, the orders with DDL, or the orders."""
+    if opts.tables is not None:
+        if opts.with_ddl or opts.sinks or opts.views or opts.bus != "nats":
+            # Each of these is written around the order system's three tables.
+            raise ValueError("the many-tables workload runs without DDL, sinks or views, on NATS")
+        return ManyTablesWorkload(
+            ManyTablesSpec(opts.tables, opts.events, opts.seed, create_tables=False)
+        )
+    spec = WorkloadSpec(events=opts.events, seed=opts.seed)
+    return DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
+
+
 def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     """Run the demo; every failure is reported in the result, never raised."""
     started = time.monotonic()
@@ -377,9 +451,14 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     sinks: DemoSinks | None = None
     views = DemoViews() if opts.views else None
     try:
+        workload = demo_workload(opts)
         store = start_object_store(opts.object_store, home)
         settings = store.file_settings() if store else {}
         env = store.env() if store else {}
+        if isinstance(workload, ManyTablesWorkload):
+            # A changefeed started on existing tables sees no CREATE TABLE: the tables are
+            # declared, as a source catalog would declare them (workload/many_tables.py).
+            settings = merge_settings(settings, {"lake": {"tables": workload.table_definitions()}})
         if views is not None:
             settings = merge_settings(settings, view_settings(opts.with_ddl))
         if opts.trino:
@@ -410,8 +489,6 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             sinks.kill_each_route_once(stack, opts.events)
         if views is not None:
             views.kill_ingest_twice(stack)
-        spec = WorkloadSpec(events=opts.events, seed=opts.seed)
-        workload = DdlWorkload(spec) if opts.with_ddl else OrderWorkload(spec)
         columns = [
             TextColumn("{task.description:<24}"),
             BarColumn(),
@@ -419,16 +496,23 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             TimeElapsedColumn(),
         ]
         with Progress(*columns, console=console, transient=False) as progress:
+            if isinstance(workload, ManyTablesWorkload):
+                result.tables_created_s = open_tables(stack, workload, opts, progress)
             published, rate = asyncio.run(_publish(cfg, stack.bus_url, workload, opts, progress))
             result.events = workload.emitted
             result.publish_events_per_s = round(rate, 1)
-            commits = wait_for_lake(
-                published,
-                stack,
-                opts.catch_up_timeout_s,
-                progress,
-                views.restarting if views is not None else None,
-            )
+            try:
+                commits = wait_for_lake(
+                    published,
+                    stack,
+                    opts.catch_up_timeout_s,
+                    progress,
+                    views.restarting if views is not None else None,
+                )
+            except LakeBehindError as behind:
+                # How far behind: what is visible, and how long the rest has waited so far.
+                result.measure_freshness(published, behind.commits, behind.at_ms)
+                raise
         result.measure_freshness(published, commits)
         if views is not None:
             with console.status("views: the faults, then the update after the last round"):
@@ -452,6 +536,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 result.views = views.verify(cfg, stack.bus_url)
         if sinks is not None:
             result.faults += sinks.faults
+            assert isinstance(workload, OrderWorkload)  # demo_workload: no sinks with --tables
             through_sinks = sinks.verify(workload)
             result.sink_mismatches = sum(c.mismatches for c in through_sinks)
             for c in through_sinks:
@@ -493,12 +578,31 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     return result
 
 
+#: Tables the summary lists one by one; beyond, the differing ones and a total line.
+SUMMARY_TABLES = 20
+
+
+def _summary_rows(per_table: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The summary's rows: every table, or with more than :data:`SUMMARY_TABLES` (``--tables
+    N``) the differing ones (up to that many) and one line totalling the others."""
+    rows = list(per_table.items())
+    if len(rows) <= SUMMARY_TABLES:
+        return rows
+    differing = [(n, t) for n, t in rows if t["mismatches"]][:SUMMARY_TABLES]
+    listed = {n for n, _ in differing}
+    rest = [t for n, t in rows if n not in listed]
+    counts = ("rows_expected", "rows_in_lake", "mismatches")
+    total = {k: sum(t[k] for t in rest) for k in counts}
+    return [*differing, (f"{len(rest):,} {'other ' if differing else ''}tables", total)]
+
+
 def render_summary(result: DemoResult, console: Console) -> None:
     """The rich summary a person reads at the end of the demo."""
     table = Table(title="tidelake demo: source vs lake, row by row", title_justify="left")
     for col in ("table", "rows expected", "rows in lake", "mismatches"):
         table.add_column(col, justify="right" if col != "table" else "left")
-    for name, t in result.per_table.items():
+    shown = _summary_rows(result.per_table)
+    for name, t in shown:
         style = "green" if t["mismatches"] == 0 else "bold red"
         table.add_row(
             name, str(t["rows_expected"]), str(t["rows_in_lake"]), f"[{style}]{t['mismatches']}[/]"
@@ -507,11 +611,21 @@ def render_summary(result: DemoResult, console: Console) -> None:
     for name, t in result.per_table.items():
         for sample in t["samples"]:
             console.print(f"  [red]{name}[/] {sample}")
+    freshness = f"freshness p50 {result.freshness_p50_s} s, p99 {result.freshness_p99_s} s"
+    if result.not_visible:
+        freshness += f" (at least: {result.not_visible:,} messages not visible yet)"
+    created = result.tables_created_s
     console.print(
-        f"events {result.events:,} published at {result.publish_events_per_s:,.0f}/s · "
-        f"{result.commits} Hudi commits · dead-lettered {result.dlq} · "
-        f"freshness p50 {result.freshness_p50_s} s, p99 {result.freshness_p99_s} s · "
-        f"{result.elapsed_s} s in all"
+        " · ".join(
+            [
+                f"events {result.events:,} published at {result.publish_events_per_s:,.0f}/s",
+                *([f"the tables created in {created} s first"] if created is not None else []),
+                f"{result.commits} Hudi commits",
+                f"dead-lettered {result.dlq}",
+                freshness,
+                f"{result.elapsed_s} s in all",
+            ]
+        )
     )
     if result.error:
         console.print(f"[bold red]demo failed:[/] {result.error}")
@@ -542,8 +656,11 @@ def render_summary(result: DemoResult, console: Console) -> None:
         config = shlex.quote(str(Path(result.lake).parent / "config.yaml"))
         program = sys.argv[0] if Path(sys.argv[0]).name == "tidelake" else "tidelake"
         console.print("Query it (DuckDB over the lake, no JVM):")
-        for line in (
-            f"  {shlex.quote(program)} query --config {config} \\",
-            "    'SELECT status, count(*) FROM shop.orders GROUP BY status'",
-        ):
+        tables = list(result.per_table)
+        sql = (
+            "SELECT status, count(*) FROM shop.orders GROUP BY status"
+            if not tables or "shop.orders" in tables
+            else f"SELECT count(*), sum(amount) FROM {tables[0]}"  # --tables N
+        )
+        for line in (f"  {shlex.quote(program)} query --config {config} \\", f"    '{sql}'"):
             console.print(line, soft_wrap=True, markup=False, highlight=False)

@@ -15,7 +15,7 @@ from tidelake.names import catalog_name
 from tidelake.pipeline.metastore import HiveMetastore
 from tidelake.pipeline.trino import TrinoServer, rows_as_dicts
 from tidelake.verify.compare import Comparison, compare_rows
-from tidelake.workload.orders import OrderWorkload
+from tidelake.workload.ticdc import Workload
 
 #: Columns tidelake and Hudi add to every table: not the source's.
 _OWN_PREFIXES = ("_hoodie_", "_tl_")
@@ -53,7 +53,7 @@ class QueryEngines:
         self.metastore.stop()
 
 
-def verify_through_trino(trino: TrinoServer, workload: OrderWorkload) -> list[Comparison]:
+def verify_through_trino(trino: TrinoServer, workload: Workload) -> list[Comparison]:
     """Every expected table read by Trino, row by row and by column names; every table the
     DDL dropped absent from Trino's catalog."""
     results = []

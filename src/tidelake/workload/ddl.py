@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
-from tidelake.workload.orders import DATABASE, Message, OrderWorkload, Row
+from tidelake.workload.keys import LiveKeys
+from tidelake.workload.orders import DATABASE, OrderWorkload
+from tidelake.workload.ticdc import Message, Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +169,13 @@ class DdlWorkload(OrderWorkload):
         self.schemas[table] = dict(columns)
         self.primary_keys[table] = ("id",)
         self.state[table] = {}
-        self._keys[table] = []
-        self._slot[table] = {}
+        self._keys[table] = LiveKeys()
         self.fill[table], self.renamed[table], self.dropped_columns[table] = {}, {}, set()
         self._next_extra_id[table] = 1
 
     def drop_table(self, table: str) -> None:
         del self.schemas[table], self.state[table], self.primary_keys[table]
-        del self._keys[table], self._slot[table]
+        del self._keys[table]
         self.dropped_tables.append(f"{DATABASE}.{table}")
 
     def rename_table(self, old: str, new: str) -> None:
@@ -182,7 +183,6 @@ class DdlWorkload(OrderWorkload):
         self.state[new] = self.state.pop(old)
         self.primary_keys[new] = self.primary_keys.pop(old)
         self._keys[new] = self._keys.pop(old)
-        self._slot[new] = self._slot.pop(old)
         self.fill[new] = self.fill.pop(old)
         self.renamed[new] = self.renamed.pop(old)
         self.dropped_columns[new] = self.dropped_columns.pop(old)
@@ -252,7 +252,7 @@ class DdlWorkload(OrderWorkload):
         total = max(1, self.spec.events)
         for txn in super().transactions():
             yield txn
-            while steps and self._emitted >= steps[0].at * total:
+            while steps and self.emitted >= steps[0].at * total:
                 step = steps.pop(0)
                 step.apply(self)
                 yield [self._ddl_message(step)]

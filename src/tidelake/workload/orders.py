@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
-import orjson
+from tidelake.workload.keys import LiveKeys
+from tidelake.workload.ticdc import Key, Message, Row, TicdcEncoder
 
 DATABASE = "shop"
 
@@ -57,22 +57,9 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "orders": ("id",),
     "order_items": ("order_id", "line_no"),
 }
-#: java.sql.Types codes TiCDC puts in ``sqlType``.
-_SQL_TYPE_CODES = {"bigint": -5, "int": 4, "varchar": 12, "decimal": 3, "date": 91, "datetime": 93}
 _STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
 _TIERS = ("bronze", "silver", "gold", "platinum")
 _NAMES = ("Ada", "Grace", "Linus", "Zoë", "Jürgen", "Chloé", "Søren", "Mårten", "李雷", "Ólafur")
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One canal-json message ready to publish."""
-
-    subject: str
-    msg_id: str
-    payload: bytes
-    table: str
-    commit_ts_ms: int
 
 
 @dataclass
@@ -87,10 +74,6 @@ class WorkloadSpec:
     create_tables: bool = True
 
 
-Row = dict[str, str | None]
-Key = tuple[str, ...]
-
-
 @dataclass
 class OrderWorkload:
     """Generates transactions and tracks the expected final state of every table."""
@@ -103,104 +86,29 @@ class OrderWorkload:
         self.schemas: dict[str, dict[str, str]] = {t: dict(c) for t, c in SCHEMAS.items()}
         self.primary_keys: dict[str, tuple[str, ...]] = dict(PRIMARY_KEYS)
         self._rng = random.Random(self.spec.seed)
+        self._encoder = TicdcEncoder(DATABASE)
         self._next_order = 1
         self._next_customer = 1
-        self._last_physical = 0
-        self._logical = 0
-        self._emitted = 0
-        self._txn_ts = 0
-        self._txn_index = 0
         self._order_lines: dict[str, int] = {}
-        # Live keys per table as a list (random picks) plus each key's slot in it.
-        self._keys: dict[str, list[Key]] = {t: [] for t in SCHEMAS}
-        self._slot: dict[str, dict[Key, int]] = {t: {} for t in SCHEMAS}
+        # Live keys per table, for random picks.
+        self._keys: dict[str, LiveKeys] = {t: LiveKeys() for t in SCHEMAS}
 
-    # ---- TSO ------------------------------------------------------------------------
+    # ---- canal-json (workload/ticdc.py) ---------------------------------------------
     def _commit_ts(self, same_ms: bool = False) -> int:
-        """A TiDB TSO: physical milliseconds << 18 | logical counter, strictly increasing."""
-        now = int(time.time() * 1000)
-        if same_ms or now <= self._last_physical:
-            self._logical += 1
-        else:
-            self._last_physical, self._logical = now, 0
-        return (self._last_physical << 18) | self._logical
+        return self._encoder.commit_ts(same_ms)
 
-    # ---- canal-json -----------------------------------------------------------------
     def _message(
         self, table: str, kind: str, row: Row, commit_ts: int, old: Row | None = None
     ) -> Message:
-        types = self.schemas[table]
-        physical = commit_ts >> 18
-        body: dict[str, Any] = {
-            "id": 0,
-            "database": DATABASE,
-            "table": table,
-            "pkNames": list(self.primary_keys[table]),
-            "isDdl": False,
-            "type": kind,
-            "es": physical,
-            "ts": int(time.time() * 1000),
-            "sql": "",
-            "sqlType": {c: _SQL_TYPE_CODES.get(t.split("(")[0], 12) for c, t in types.items()},
-            "mysqlType": {c: ticdc_mysql_type(t) for c, t in types.items()},
-            "old": [old] if old is not None else None,
-            "data": [row],
-            "_tidb": {"commitTs": commit_ts},
-        }
-        # The message id is the position: commitTs plus the index inside the transaction
-        # (one key may change twice in one transaction, so the key cannot stand in for it).
-        if commit_ts != self._txn_ts:
-            self._txn_ts, self._txn_index = commit_ts, 0
-        else:
-            self._txn_index += 1
-        self._emitted += 1
-        return Message(
-            subject=f"cdc.{DATABASE}.{table}",
-            msg_id=f"tidb:{commit_ts}:{self._txn_index}",
-            payload=orjson.dumps(body),
-            table=table,
-            commit_ts_ms=physical,
-        )
+        types, key = self.schemas[table], self.primary_keys[table]
+        return self._encoder.row(table, kind, row, commit_ts, types, key, old)
 
     def _ddl(self, table: str, kind: str, sql: str) -> Message:
-        """A canal-json DDL message as TiCDC writes one (``isDdl``, no rows)."""
-        commit_ts = self._commit_ts()
-        physical = commit_ts >> 18
-        body: dict[str, Any] = {
-            "id": 0,
-            "database": DATABASE,
-            "table": table,
-            "pkNames": None,
-            "isDdl": True,
-            "type": kind,
-            "es": physical,
-            "ts": int(time.time() * 1000),
-            "sql": sql,
-            "sqlType": None,
-            "mysqlType": None,
-            "data": None,
-            "old": None,
-            "_tidb": {"commitTs": commit_ts},
-        }
-        self._emitted += 1
-        return Message(
-            subject=f"cdc.{DATABASE}.{table}",
-            msg_id=f"tidb:{commit_ts}:ddl",
-            payload=orjson.dumps(body),
-            table=table,
-            commit_ts_ms=physical,
-        )
+        return self._encoder.ddl(table, kind, sql)
 
     def create_table_sql(self, table: str) -> str:
-        """``CREATE TABLE`` as TiCDC sends it: the TiDB parser's restore (back-quoted names,
-        upper-case keywords, the clustered-index feature comment: ``addSpecialComment`` in
-        pingcap/tiflow cdc/owner/ddl_sink.go)."""
-        columns = ",".join(f"`{c}` {t.upper()}" for c, t in self.schemas[table].items())
-        key = ",".join(f"`{c}`" for c in self.primary_keys[table])
-        return (
-            f"CREATE TABLE `{DATABASE}`.`{table}` ({columns},PRIMARY KEY({key}) "
-            "/*T![clustered_index] CLUSTERED */)"
-        )
+        """``CREATE TABLE`` as TiCDC sends it (``TicdcEncoder.create_table_sql``)."""
+        return self._encoder.create_table_sql(table, self.schemas[table], self.primary_keys[table])
 
     def _key(self, table: str, row: Row) -> Key:
         return tuple(str(row[c]) for c in self.primary_keys[table])
@@ -208,8 +116,7 @@ class OrderWorkload:
     def _insert(self, table: str, row: Row, ts: int) -> Message:
         key = self._key(table, row)
         self.state[table][key] = row
-        self._slot[table][key] = len(self._keys[table])
-        self._keys[table].append(key)
+        self._keys[table].add(key)
         return self._message(table, "INSERT", row, ts)
 
     def _update(self, table: str, new: Row, ts: int) -> Message:
@@ -221,13 +128,7 @@ class OrderWorkload:
     def _delete(self, table: str, row: Row, ts: int) -> Message:
         key = self._key(table, row)
         del self.state[table][key]
-        # Swap-remove keeps random picks O(1).
-        keys, slot = self._keys[table], self._slot[table]
-        i = slot.pop(key)
-        last = keys.pop()
-        if last != key:
-            keys[i] = last
-            slot[last] = i
+        self._keys[table].remove(key)
         return self._message(table, "DELETE", row, ts)
 
     # ---- values ---------------------------------------------------------------------
@@ -239,10 +140,8 @@ class OrderWorkload:
         return f"{Decimal(self._rng.randint(low * 100, high * 100)) / 100:.2f}"
 
     def _pick(self, table: str) -> Row | None:
-        keys = self._keys[table]
-        if not keys:
-            return None
-        return self.state[table][self._rng.choice(keys)]
+        key = self._keys[table].choice(self._rng)
+        return None if key is None else self.state[table][key]
 
     # ---- transactions ---------------------------------------------------------------
     def _new_customer(self) -> list[Message]:
@@ -397,15 +296,15 @@ class OrderWorkload:
             for table in SCHEMAS:
                 yield [self._ddl(table, "CREATE", self.create_table_sql(table))]
         for _ in range(min(self.spec.customers, max(1, self.spec.events // 20))):
-            if self._emitted >= self.spec.events:
+            if self.emitted >= self.spec.events:
                 return
             yield self._new_customer()
-        while self._emitted < self.spec.events:
+        while self.emitted < self.spec.events:
             yield self._rng.choices(kinds, weights)[0]()
 
     @property
     def emitted(self) -> int:
-        return self._emitted
+        return self._encoder.emitted
 
     def expected_rows(self) -> dict[str, list[Row]]:
         """The final state per ``db.table``, as canal-json text, sorted by key."""
@@ -413,15 +312,6 @@ class OrderWorkload:
             f"{DATABASE}.{t}": [rows[k] for k in sorted(rows, key=_sort_key)]
             for t, rows in self.state.items()
         }
-
-
-def ticdc_mysql_type(source_type: str) -> str:
-    """The ``mysqlType`` TiCDC's canal-json writes by default: the type name without its
-    parameters, `` unsigned`` kept (``GetMySQLType`` in pingcap/tiflow
-    pkg/sink/codec/utils/mysql_types.go, content-compatible off): ``decimal(12,2)`` →
-    ``decimal``. The lake takes precision and scale from the CREATE TABLE."""
-    name = source_type.split("(", 1)[0].strip().lower()
-    return f"{name} unsigned" if "unsigned" in source_type.lower() else name
 
 
 def _sort_key(key: Key) -> tuple[int, ...]:

@@ -27,7 +27,8 @@ from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.demo import verify_workload
 from tidelake.runtime.storage import open_storage
 from tidelake.stage.manifest import BATCH_DIR, MANIFEST_DIR, read_retired
-from tidelake.workload.orders import Message, OrderWorkload, WorkloadSpec
+from tidelake.workload.orders import OrderWorkload, WorkloadSpec
+from tidelake.workload.ticdc import Message
 
 pytestmark = pytest.mark.integration
 
