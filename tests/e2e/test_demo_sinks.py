@@ -21,6 +21,9 @@ from tidelake.pipeline import opensearch, redis
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
+    # The long form (make e2e): tests/integration/route/test_routes_into_sinks.py is its short
+    # form in make test (the same kills, replay and re-process, routes run by hand).
+    pytest.mark.long,
     pytest.mark.skipif(
         not redis.available(),
         reason="redis-server is installed by scripts/setup with TIDELAKE_SETUP_TESTS=1",
