@@ -27,7 +27,11 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("bus", ["kafka", pytest.param("nats", marks=pytest.mark.long)])
+# Both forms are long (make e2e): in make test, tests/integration/capture/test_kafka_source.py
+# (a capture member and the broker killed, a rebalance) and tests/integration/stage/
+# test_kafka_stager.py (stagers killed, a rebalance) are the short forms.
+@pytest.mark.long
+@pytest.mark.parametrize("bus", ["kafka", "nats"])
 def test_the_demo_through_kafka_ends_with_the_sources_rows_and_schemas(
     tmp_path: Path, bus: str
 ) -> None:
