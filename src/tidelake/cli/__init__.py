@@ -898,7 +898,11 @@ def bench(
     keep: Annotated[bool, typer.Option("--keep", help="keep the bench data directory")] = False,
     variant: Annotated[
         list[str] | None,
-        typer.Option(help="NAME:key=value,...: one more tidelake ingest with these Hudi options"),
+        typer.Option(
+            help="NAME:key=value,...: one more tidelake ingest with these Hudi options "
+            "(TIDELAKE_* keys: configuration overrides; a table type or index change gets "
+            "a base table of its own)"
+        ),
     ] = None,
 ) -> None:
     """Measure stager, ingest and freshness side by side with nats bench, HoodieStreamer,
