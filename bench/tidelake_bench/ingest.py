@@ -62,7 +62,7 @@ from tidelake_bench.changes import (
     ChangeStream,
 )
 from tidelake_bench.jobs import run_job
-from tidelake_bench.memory import PeakRss, children, command_name, cpu_seconds
+from tidelake_bench.memory import PeakRss, children, command_name, cpu_seconds, process_tree
 from tidelake_bench.stats import per_second
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Contender:
 
     name: str
     seconds: list[float] = field(default_factory=list)
-    #: CPU seconds of each timed batch: the bench process and its Spark JVM together.
+    #: CPU seconds of each timed batch: the bench process and its descendants (the Spark JVM).
     cpu_seconds: list[float] = field(default_factory=list)
     records: int = 0
     warmup_s: float | None = None
@@ -295,7 +295,7 @@ def run_ingest_bench(home: Path, plan: IngestPlan, log: Log) -> IngestResult:
     jvm = _java_children()
     sampler = PeakRss(lambda: jvm).start()
     try:
-        _run(spark, home, plan, small, storage, result, log, jvm)
+        _run(spark, home, plan, small, storage, result, log)
     finally:
         sampler.stop()
         result.driver_peak_rss_mib = sampler.peak_mib
@@ -311,7 +311,6 @@ def _run(
     storage: LocalStorage,
     result: IngestResult,
     log: Log,
-    jvm: list[int],
 ) -> None:
     log(f"base table: {plan.table_rows:,} rows (bulk_insert)")
     per_file = max(1, plan.table_rows // FILES_PER_TABLE_ROWS)
@@ -416,9 +415,10 @@ def _run(
         for name, ingestor in variant_ingestors.items():
             runs.append((name, partial(tidelake_step, ingestor, len(batch.events))))
         for name, fn in runs:
-            cpu = cpu_seconds([os.getpid(), *jvm])
+            # This process, its Spark JVM and the JVM's Python workers, if any ran.
+            cpu = cpu_seconds(process_tree(os.getpid()))
             seconds = _timed(fn)
-            cpu = cpu_seconds([os.getpid(), *jvm]) - cpu
+            cpu = cpu_seconds(process_tree(os.getpid())) - cpu
             contender = contenders[name]
             if i == 0:
                 contender.warmup_s = seconds

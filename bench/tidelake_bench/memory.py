@@ -28,7 +28,9 @@ def status_kib(pid: int, field: str, proc: Path = Path("/proc")) -> int | None:
 
 def cpu_seconds(pids: Iterable[int], proc: Path = Path("/proc")) -> float:
     """User + system CPU seconds ``pids`` have used so far (``/proc/<pid>/stat``, every
-    thread); a process that is gone counts 0."""
+    thread), with those of their children that ended and were waited for; a process that is
+    gone counts 0. Given a whole process tree, every process is counted once: while it lives
+    by itself, once ended in its parent's."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
@@ -36,10 +38,10 @@ def cpu_seconds(pids: Iterable[int], proc: Path = Path("/proc")) -> float:
             stat = (proc / str(pid) / "stat").read_text()
         except OSError:
             continue
-        # Fields after the command name (which may hold spaces): utime and stime are the
-        # 14th and 15th fields of the line, the 12th and 13th after ``) ``.
+        # Fields after the command name (which may hold spaces): utime, stime, cutime and
+        # cstime are the 14th to 17th fields of the line, the 12th to 15th after ``) ``.
         fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
+        total += sum(int(f) for f in fields[11:15])
     return total / tick
 
 
