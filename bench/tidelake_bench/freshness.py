@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tidelake.pipeline.demo import DemoOptions, run_demo
+from tidelake.pipeline.demo import DemoOptions, DemoResult, run_demo
 from tidelake_bench.memory import PeakRss, process_tree
 
 Log = Callable[[str], None]
@@ -67,22 +67,27 @@ def stage_pids(root: int, verb: str) -> list[int]:
     return []
 
 
+def sampled_demo(opts: DemoOptions, console: Console) -> tuple[DemoResult, PeakRss, PeakRss]:
+    """``run_demo(opts)`` with the resident memory of its stager and of its ingest (with the
+    Spark JVM) sampled from ``/proc`` while it runs: the result and the two samplers."""
+    me = os.getpid()
+    stager = PeakRss(lambda: stage_pids(me, "stage")).start()
+    ingest = PeakRss(lambda: stage_pids(me, "ingest")).start()
+    try:
+        return run_demo(opts, console), stager, ingest
+    finally:
+        stager.stop()
+        ingest.stop()
+
+
 def run_freshness_bench(
     home: Path, rate: float, seconds: float, log: Log, console: Console
 ) -> FreshnessResult:
     """The demo at ``rate`` events/s for ``seconds`` seconds, with memory sampling."""
     result = FreshnessResult(rate=rate, seconds=seconds)
-    me = os.getpid()
-    stager = PeakRss(lambda: stage_pids(me, "stage")).start()
-    ingest = PeakRss(lambda: stage_pids(me, "ingest")).start()
     log(f"pipeline at {rate:,.0f} events/s for {seconds:,.0f} s (demo processes, defaults)")
-    try:
-        demo = run_demo(
-            DemoOptions(events=int(rate * seconds), rate=rate, home=home / "demo"), console
-        )
-    finally:
-        stager.stop()
-        ingest.stop()
+    opts = DemoOptions(events=int(rate * seconds), rate=rate, home=home / "demo")
+    demo, stager, ingest = sampled_demo(opts, console)
     result.stager_peak_rss_mib = stager.peak_mib
     result.ingest_peak_rss_mib = ingest.peak_mib
     result.events = demo.events

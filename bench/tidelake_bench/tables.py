@@ -27,7 +27,6 @@ figures are lower bounds (``not_visible``), and nothing is verified.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,9 +37,8 @@ from rich.console import Console
 
 from tidelake.config import load_config
 from tidelake.lake.ledger import CommitRecord, Ledger
-from tidelake.pipeline.demo import DemoOptions, DemoResult, run_demo
-from tidelake_bench.freshness import stage_pids
-from tidelake_bench.memory import PeakRss
+from tidelake.pipeline.demo import DemoOptions, DemoResult
+from tidelake_bench.freshness import sampled_demo
 from tidelake_bench.stats import percentile
 
 Log = Callable[[str], None]
@@ -176,9 +174,6 @@ def run_tables_bench(
     with memory sampling; the ingest's rounds read from its commit log afterwards."""
     result = TablesResult(tables=tables, rate_per_table=rate_per_table, seconds=seconds)
     rate = tables * rate_per_table
-    me = os.getpid()
-    stager = PeakRss(lambda: stage_pids(me, "stage")).start()
-    ingest = PeakRss(lambda: stage_pids(me, "ingest")).start()
     log(
         f"{tables:,} tables at {rate_per_table:,.1f} events/s each ({rate:,.0f} events/s) "
         f"for {seconds:,.0f} s (demo processes, defaults)"
@@ -190,11 +185,7 @@ def run_tables_bench(
         home=home / "demo",
         catch_up_timeout_s=catch_up_s,
     )
-    try:
-        demo = run_demo(opts, console)
-    finally:
-        stager.stop()
-        ingest.stop()
+    demo, stager, ingest = sampled_demo(opts, console)
     result.stager_peak_rss_mib = stager.peak_mib
     result.ingest_peak_rss_mib = ingest.peak_mib
     result.stager_rss_mib_per_minute = stager.peaks_per_window(MEMORY_WINDOW_S)
