@@ -12,6 +12,7 @@ masks them.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Mapping
@@ -103,6 +104,28 @@ class ConsumerConfig(_Model):
     max_deliver: int = Field(5, ge=1, description="deliveries before a message is dead-lettered")
     max_ack_pending: int = Field(200_000, ge=1, description="unacked messages in flight, at most")
     filter_subject: str | None = Field(None, description="consume only this subject filter")
+    filter_subjects: list[str] = Field(
+        [],
+        description="consume only these subject filters (a worker's share of the stream, "
+        "docs/deployment.md, Several workers); not with filter_subject",
+    )
+
+    @model_validator(mode="after")
+    def _one_filter_kind(self) -> ConsumerConfig:
+        if self.filter_subject is not None and self.filter_subjects:
+            raise ValueError("set filter_subject or filter_subjects, not both")
+        if len(set(self.filter_subjects)) != len(self.filter_subjects):
+            raise ValueError("filter_subjects holds a subject twice")
+        if any(not s.strip() for s in self.filter_subjects):
+            raise ValueError("filter_subjects holds an empty subject")
+        return self
+
+    @property
+    def filters(self) -> list[str]:
+        """The subject filters this consumer takes: ``[">"]`` (every subject) when none is set."""
+        if self.filter_subjects:
+            return list(self.filter_subjects)
+        return [self.filter_subject or ">"]
 
 
 class EmbeddedNatsConfig(_Model):
@@ -486,6 +509,16 @@ class IngestConfig(_Model):
     parallel_tables: int = Field(
         4, ge=1, le=64, description="tables committed at once (one Spark job each)"
     )
+    tables: list[str] = Field(
+        [],
+        description="glob patterns over 'db.table' ids: the tables this ingest owns when "
+        "several workers write one lake (docs/deployment.md, Several workers); it never "
+        "writes, drops or renames another; empty = every table",
+    )
+
+    def owns(self, table_id: str) -> bool:
+        """Whether this ingest may write ``table_id`` (``ingest.tables``; empty: every table)."""
+        return not self.tables or any(fnmatch.fnmatchcase(table_id, p) for p in self.tables)
 
 
 class KafkaSourceConfig(_Model):

@@ -117,7 +117,9 @@ def consumer_config(cfg: BusConfig) -> api.ConsumerConfig:
         ack_wait=c.ack_wait_s,
         max_deliver=SERVER_MAX_DELIVER,
         max_ack_pending=c.max_ack_pending,
+        # One filter as filter_subject (as before), several as filter_subjects (NATS 2.10+).
         filter_subject=c.filter_subject,
+        filter_subjects=list(c.filter_subjects) or None,
         replay_policy=api.ReplayPolicy.INSTANT,
     )
 
@@ -129,7 +131,10 @@ def _differences(want: Any, have: Any, fields: tuple[str, ...]) -> list[str]:
         if isinstance(w, float | int) and isinstance(h, float | int) and not isinstance(w, bool):
             if abs(float(w) - float(h)) > _DURATION_TOLERANCE_S:
                 out.append(f)
-        elif w != h:
+        elif isinstance(w, list) and isinstance(h, list):
+            if sorted(w) != sorted(h):  # a set of subjects: the server may reorder it
+                out.append(f)
+        elif (w or None) != (h or None):  # unset and empty are one: no filter
             out.append(f)
     return out
 
@@ -154,8 +159,10 @@ _CONSUMER_FIELDS = (
     "max_deliver",
     "max_ack_pending",
     "filter_subject",
+    "filter_subjects",
 )
-_CONSUMER_FIXED = frozenset({"deliver_policy", "ack_policy", "filter_subject"})
+#: A consumer's filters are fixed: a changed set would skip or re-deliver a worker's share.
+_CONSUMER_FIXED = frozenset({"deliver_policy", "ack_policy", "filter_subject", "filter_subjects"})
 
 
 def _stream_messages(info: api.StreamInfo) -> int:

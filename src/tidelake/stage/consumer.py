@@ -149,6 +149,9 @@ class Stager(StagerControl):
         self._suspects: set[int] = set()
         #: Messages ahead of a gap in stream order (see _in_order), by sequence.
         self._held: dict[int, Msg] = {}
+        #: The consumer sequence of the last delivery taken in order whose predecessors
+        #: this process accounted for (see _chained); None: unknown.
+        self._chain: int | None = None
         #: Yielding the stream to another stager (see _give_back): asked for by a gap check;
         #: fetching paused until this monotonic time (0: not paused); give-backs in a row.
         self._yield_wanted = False
@@ -271,6 +274,7 @@ class Stager(StagerControl):
         self._flushed_floor = _ack_floor(info)
         self._next_seq = self._flushed_floor + 1
         self._held = {}
+        self._chain = None
         self._gap_checked_at = 0.0
         self._held_touched_at = time.monotonic()
 
@@ -290,9 +294,14 @@ class Stager(StagerControl):
         ready = []
         for msg in msgs:
             seq = delivery_info(msg)[0]
-            if seq == self._next_seq and not self._held:  # the common case: next in order
-                ready.append(msg)
-                self._next_seq += 1
+            if self._chain is not None and consumer_seq(msg) <= self._chain:
+                self._chain = None  # the consumer's state went back (a server restart)
+            if not self._held and (
+                seq == self._next_seq or (seq > self._next_seq and self._chained(msg))
+            ):
+                # The common case: next in order — or the next of ours (a filtered
+                # consumer's messages leave out the sequences of other subjects).
+                ready.append(self._took(msg, seq))
             elif seq >= self._next_seq:
                 self._held[seq] = msg  # a redelivery replaces the older copy
             elif seq <= self._flushed_floor:
@@ -308,11 +317,45 @@ class Stager(StagerControl):
         return ready
 
     def _take_ready(self) -> list[Msg]:
-        ready = []
-        while self._next_seq in self._held:
-            ready.append(self._held.pop(self._next_seq))
-            self._next_seq += 1
+        ready: list[Msg] = []
+        if not self._held:
+            return ready
+        low = self._next_seq if self._next_seq in self._held else min(self._held)
+        if low != self._next_seq and not self._chained(self._held[low]):
+            return ready
+        for seq in sorted(self._held):
+            if seq != self._next_seq and not self._chained(self._held[seq]):
+                break
+            ready.append(self._took(self._held.pop(seq), seq))
         return ready
+
+    # A filtered consumer (``bus.consumer.filter_subjects``: one worker's share of the
+    # stream) is delivered only its own subjects, so its stream sequences skip those of the
+    # others: every message would look like one after a gap, and a gap check takes a second.
+    # The consumer sequence proves such a gap empty without asking the server. JetStream
+    # delivers a consumer's messages for the first time in stream order, and every delivery
+    # (a redelivery too) takes the next consumer sequence. So when this process took the
+    # delivery with consumer sequence c in order, a first delivery with consumer sequence
+    # c + 1 is the next message of ours in the stream: nothing of ours lies between them. A
+    # redelivery, a delivery to another stager on the same consumer, or a restart breaks the
+    # chain, and the gap check (_check_gap) decides as before.
+
+    def _chained(self, msg: Msg) -> bool:
+        """``msg`` is the next message of ours after everything taken so far: a first
+        delivery whose consumer sequence follows the last one taken in order."""
+        return (
+            self._chain is not None
+            and delivery_info(msg)[1] == 1
+            and consumer_seq(msg) == self._chain + 1
+        )
+
+    def _took(self, msg: Msg, seq: int) -> Msg:
+        """``msg`` (sequence ``seq``) joins the batches in order: the chain follows it."""
+        cseq = consumer_seq(msg)
+        if delivery_info(msg)[1] == 1 or (self._chain is not None and cseq == self._chain + 1):
+            self._chain = cseq
+        self._next_seq = seq + 1
+        return msg
 
     async def _mind_gap(self) -> None:
         """A gap before the held messages: skip it if the stream has nothing there for us,
@@ -340,14 +383,7 @@ class Stager(StagerControl):
 
     async def _check_gap(self) -> None:
         """One look at the gap before the held messages (see :meth:`_mind_gap`)."""
-        subject = self.bus.consumer.filter_subject or ">"
-        try:
-            raw = await self.js.get_msg(
-                self.bus.stream.name, seq=self._next_seq, subject=subject, next=True
-            )
-            first_there = int(raw.seq or 0)
-        except nats.js.errors.NotFoundError:
-            first_there = min(self._held)
+        first_there = await self._first_ours_from(self._next_seq)
         if first_there > self._next_seq:
             log.info(
                 "no message to stage in a gap", seq_from=self._next_seq, seq_to=first_there - 1
@@ -359,6 +395,7 @@ class Stager(StagerControl):
         if acked >= self._next_seq:
             # Another stager (one that stalled past AckWait, or a second live one) staged
             # and acked them.
+            self._chain = None  # deliveries went to that stager too
             for seq in [s for s in self._held if s <= acked]:
                 await _ack_quietly(self._held.pop(seq))
             self._flushed_floor = max(self._flushed_floor, acked)
@@ -393,6 +430,34 @@ class Stager(StagerControl):
             held=len(self._held),
         )
 
+    async def _first_ours_from(self, seq: int) -> int:
+        """The first stream sequence at or after ``seq`` of a message our consumer takes: the
+        lowest over its subject filters (``bus.consumer.filters``), so a gap counts as empty
+        only when no message of *any* of them lies in it; the first held message when none
+        comes earlier."""
+        first = min(self._held)
+        filters = self.bus.consumer.filters
+        if len(filters) > 1:
+            # One look at every subject first: when nothing at all lies before the first
+            # held message, no filter's look (one request each) can find anything either.
+            try:
+                raw = await self.js.get_msg(self.bus.stream.name, seq=seq, subject=">", next=True)
+                if int(raw.seq or 0) >= first:
+                    return first
+            except nats.js.errors.NotFoundError:
+                return first
+        for subject in filters:
+            try:
+                raw = await self.js.get_msg(
+                    self.bus.stream.name, seq=seq, subject=subject, next=True
+                )
+            except nats.js.errors.NotFoundError:
+                continue
+            first = min(first, int(raw.seq or first))
+            if first <= seq:
+                break  # the gap's first sequence is ours: no other filter can say more
+        return first
+
     async def _drained(self) -> bool:
         """Nothing pending and nothing awaiting an ack (ours are flushed)."""
         info = await self._on_bus("read the consumer's state", self._consumer_info)
@@ -424,6 +489,7 @@ class Stager(StagerControl):
             return ready
         given = list(self._held.values())
         self._held = {}
+        self._chain = None
         for msg in given:
             try:
                 await msg.nak()
@@ -779,6 +845,16 @@ def delivery_info(msg: Msg) -> tuple[int, int]:
         return int(tokens[5]), int(tokens[4])
     md = msg.metadata
     return md.sequence.stream, md.num_delivered
+
+
+def consumer_seq(msg: Msg) -> int:
+    """The consumer sequence of a JetStream delivery (every delivery, a redelivery too, takes
+    the next one), from its ack subject like :func:`delivery_info`."""
+    reply = msg.reply
+    tokens: list[str] = reply.split(".") if reply else []
+    if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
+        return int(tokens[6])
+    return int(msg.metadata.sequence.consumer)
 
 
 def arrival_ms(msg: Msg) -> int:

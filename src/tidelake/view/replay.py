@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from nats.js import api
 
 from tidelake.bus import dlq
 from tidelake.bus.connection import connect
@@ -87,8 +88,14 @@ async def replay(config: Config, table: str, through: int, bus_url: str | None =
             )
         skip = await _ingest_dead_letters(js, config, through)
         intake = Intake(config.stage, None)
-        subject = config.bus.consumer.filter_subject or ">"
-        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+        # What the stager's consumer takes: its one filter, or its set of them (a worker's).
+        filters = config.bus.consumer.filters
+        sub = await js.subscribe(
+            filters[0] if len(filters) == 1 else ">",
+            stream=stream,
+            ordered_consumer=True,
+            config=api.ConsumerConfig(filter_subjects=filters) if len(filters) > 1 else None,
+        )
         try:
             seq = 0
             while seq < through:

@@ -35,13 +35,18 @@ class FakeJs:
         return self.info
 
 
+def _delivery(seq: int) -> Any:
+    """A held message: only its ack subject (stream and consumer sequence) is read."""
+    return SimpleNamespace(reply=f"$JS.ACK.TIDELAKE_CDC.tidelake-stager.1.{seq}.{seq}.1.0")
+
+
 def _stager(tmp_path: Any, js: FakeJs) -> Stager:
     cfg = load_config(None, environ={"TIDELAKE_HOME": str(tmp_path)})
     nc = SimpleNamespace(jetstream=lambda: js)
     stager = Stager(nc, cfg.bus, cfg.stage, LocalStorage(str(tmp_path / "staging")))  # type: ignore[arg-type]
     stager._flushed_floor = 1613
     stager._next_seq = 1614
-    stager._held = {3278: object(), 3279: object()}  # type: ignore[dict-item]
+    stager._held = {seq: _delivery(seq) for seq in (3278, 3279)}
     stager._gap_checked_at = 0.0
     stager._held_touched_at = time.monotonic()
     return stager
