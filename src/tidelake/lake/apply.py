@@ -148,6 +148,17 @@ class TableApplier:
         """Apply one round's events of one table: one Hudi commit for its rows, and for a DDL
         (the last event of a round) the rows before it first, then the schema change."""
         result = TableResult(table_id)
+        foreign = sorted({e.table_id for e in events if not self.config.ingest.owns(e.table_id)})
+        if foreign:
+            # Another worker's table reached this one: its subjects and ingest.tables
+            # disagree. Never written here, never lost: paused, its events kept. (A DDL
+            # routed to another worker's table from one of ours — DROP TABLE a, b — goes on:
+            # the evolver applies only its share, lake/evolve.py.)
+            result.refused = (
+                f"{', '.join(foreign)}: not among this ingest's tables (ingest.tables) although "
+                "its events reach it (bus.consumer.filter_subjects): make the two agree"
+            )
+            return result
         since = self.deletes.since(table_id)
         filtered = filter_events(events, self.store.checkpoint(table_id), late_since=since)
         result.duplicates, result.stale = filtered.duplicates, filtered.stale

@@ -168,6 +168,7 @@ class SchemaEvolver:
         for op in ops:
             if isinstance(op, ddl.Unsupported):
                 raise DdlBlocked(table_id, event, op.reason)
+        ops = self._owned_ops(table_id, event, ops)
         outcomes: list[DdlOutcome] = []
         column_ops: dict[str, list[ddl.Operation]] = {}
         for op in ops:
@@ -190,18 +191,51 @@ class SchemaEvolver:
                 # No table and no checkpoint: databases.json orders it (lake/catalog.py).
                 create_database(self.spark, self.ledger, op.database, event.seq)
             elif isinstance(op, ddl.DropDatabase):
-                for loc in self.store.tables_of(op.database):
+                # Only this worker's tables: each worker owning tables of the database
+                # takes the event on its own subjects and drops its own (ingest.tables).
+                mine = [t for t in self.store.tables_of(op.database) if self.config.ingest.owns(t)]
+                for loc in mine:
                     outcomes += self._drop(loc, event, "drop database")
                 drop_database(self.spark, self.ledger, op.database, event.seq)
             elif isinstance(op, ddl.RenameTable):
                 outcomes += self._rename_table(op.table.table_id, op.to.table_id, event)
-        if not any(o.table_id == table_id for o in outcomes) and event.table:
+        owned = self.config.ingest.owns(table_id)
+        if owned and not any(o.table_id == table_id for o in outcomes) and event.table:
             # An index, a comment, a skipped DDL …: the table's checkpoint moves all the same.
             outcomes += self._bump(table_id, event, "recorded")
         self.ledger.clear_blocked(table_id)
         return outcomes
 
     # -- helpers
+
+    def _owned_ops(
+        self, table_id: str, event: ChangeEvent, ops: Sequence[ddl.Operation]
+    ) -> list[ddl.Operation]:
+        """The operations on this ingest's own tables (``ingest.tables``; all when unset).
+        One statement may name tables of several workers (``DROP TABLE a, b``: each table's
+        own event reaches its owner, which applies its share); a rename across two workers
+        can be applied by neither, so the table pauses with the reason instead."""
+        owns = self.config.ingest.owns
+        kept: list[ddl.Operation] = []
+        for op in ops:
+            if isinstance(op, ddl.RenameTable):
+                source, target = op.table.table_id, op.to.table_id
+                if owns(source) != owns(target):
+                    raise DdlBlocked(
+                        table_id,
+                        event,
+                        f"RENAME from {source} to {target} crosses two workers' tables "
+                        "(ingest.tables): move both to one worker, or skip it",
+                    )
+                if owns(source):
+                    kept.append(op)
+                continue
+            target_table = getattr(op, "table", None)
+            if target_table is not None and not owns(target_table.table_id):
+                log.info("ddl on another worker's table left to it", table=target_table.table_id)
+                continue
+            kept.append(op)
+        return kept
 
     def _next(self, table_id: str, event: ChangeEvent) -> TableCheckpoint | None:
         """The table's checkpoint after ``event``; None when it already covers the event."""

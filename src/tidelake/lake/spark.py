@@ -16,6 +16,7 @@ Spark settings to ``spark-submit`` on its command line, where any local user cou
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -221,18 +222,22 @@ def build_spark_session(config: Config, app_name: str = "tidelake") -> SparkSess
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     apply_s3_credentials(spark, config.storage.s3)
-    register_lake_tables(spark, config.lake_root)
+    register_lake_tables(spark, config.lake_root, marks=config.ingest.owns)
     # A database the source created stays visible while it holds no table yet.
     register_databases(spark, Ledger(config.lake_state_dir))
     return spark
 
 
-def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
+def register_lake_tables(
+    spark: SparkSession, lake_root: str, marks: Callable[[str], bool] = lambda _: True
+) -> list[str]:
     """Register every Hudi table under ``lake_root``; returns their ``db.table`` names.
 
     A table of version 8 or later also gets the marker that lets Trino read it before Hudi
     first archives (``lake/store.py`` :func:`mark_archived_timeline`): tables made before
-    tidelake wrote it get it here, at the next session start, not only at their next DDL."""
+    tidelake wrote it get it here, at the next session start, not only at their next DDL —
+    only the tables ``marks`` names (an ingest worker's own, ``ingest.tables``: it never
+    writes into another worker's table)."""
     names = []
     for loc in discover_tables(spark, lake_root):
         try:
@@ -240,6 +245,8 @@ def register_lake_tables(spark: SparkSession, lake_root: str) -> list[str]:
             names.append(loc.table_id)
         except Exception as exc:  # a half-created table must not stop the session
             log.warning("table not registered", table=loc.table_id, error=str(exc))
+            continue
+        if not marks(loc.table_id):
             continue
         try:
             if int(hoodie_properties(spark, loc.path).get("hoodie.table.version", 9)) >= 8:

@@ -1,0 +1,95 @@
+"""Several ingest workers on one lake: each writes only its own tables (``ingest.tables``).
+
+A statement naming tables of two workers is applied by each for its own share; a rename
+across two workers can be applied by neither and pauses the table; a worker's consumer
+takes one subject filter or a set, never both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidelake.config import Config, load_config
+from tidelake.errors import ConfigError
+from tidelake.events import ChangeEvent, Op, Position
+from tidelake.lake import ddl
+from tidelake.lake.evolve import DdlBlocked, SchemaEvolver
+
+
+def _config(tmp_path: Path, **env: str) -> Config:
+    return load_config(None, environ={"TIDELAKE_HOME": str(tmp_path), **env})
+
+
+def _evolver(config: Config) -> SchemaEvolver:
+    """The evolver's ownership filter needs only the config (no Spark, no store)."""
+    evolver = SchemaEvolver.__new__(SchemaEvolver)
+    evolver.config = config
+    return evolver
+
+
+def _event(sql: str, table: str) -> ChangeEvent:
+    return ChangeEvent(
+        source="tidb", database="shop", table=table, op=Op.DDL, position=Position((1,)), ddl=sql
+    )
+
+
+def _ops(sql: str) -> list[ddl.Operation]:
+    return ddl.parse_ddl(sql, "mysql", "shop")
+
+
+def test_an_ingest_without_tables_owns_every_table(tmp_path: Path) -> None:
+    """The default (one worker) writes anything; patterns are globs over table ids."""
+    assert _config(tmp_path).ingest.owns("any.table")
+    worker = _config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a*", "crm.*"]')
+    assert [True, True, False] == [
+        worker.ingest.owns(t) for t in ("shop.accounts", "crm.leads", "shop.orders")
+    ]
+
+
+def test_a_multi_table_drop_keeps_only_this_workers_share(tmp_path: Path) -> None:
+    """DROP TABLE a, b in the worker owning a: only a's drop is applied there (b's owner
+    gets the statement on b's subject and drops b)."""
+    evolver = _evolver(_config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a"]'))
+    kept = evolver._owned_ops("shop.b", _event("DROP TABLE a, b", "a"), _ops("DROP TABLE a, b"))
+    assert [ddl.DropTable(ddl.TableName("shop", "a"))] == kept
+
+
+def test_a_rename_across_two_workers_pauses_the_table(tmp_path: Path) -> None:
+    """RENAME a TO b with a and b owned by different workers: neither can move the data,
+    so the DDL blocks its table (a pause an operator sees), never half applied."""
+    evolver = _evolver(_config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a"]'))
+    with pytest.raises(DdlBlocked, match="crosses two workers"):
+        evolver._owned_ops(
+            "shop.a", _event("RENAME TABLE a TO b", "a"), _ops("RENAME TABLE a TO b")
+        )
+
+
+def test_a_rename_among_another_workers_tables_is_left_to_it(tmp_path: Path) -> None:
+    """RENAME c TO d, both another worker's: nothing for this one."""
+    evolver = _evolver(_config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a"]'))
+    assert [] == evolver._owned_ops(
+        "shop.c", _event("RENAME TABLE c TO d", "c"), _ops("RENAME TABLE c TO d")
+    )
+
+
+def test_a_database_ddl_stays_for_every_worker(tmp_path: Path) -> None:
+    """DROP DATABASE names no table: every worker keeps it (and drops its own tables)."""
+    evolver = _evolver(_config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a"]'))
+    ops = _ops("DROP DATABASE shop")
+    assert ops == evolver._owned_ops("shop.", _event("DROP DATABASE shop", ""), ops)
+
+
+def test_a_consumer_takes_one_filter_or_a_set_never_both(tmp_path: Path) -> None:
+    """filter_subject and filter_subjects together are refused; ``filters`` is what the
+    consumer takes (every subject when neither is set)."""
+    with pytest.raises(ConfigError, match="not both"):
+        _config(
+            tmp_path,
+            TIDELAKE_BUS__CONSUMER__FILTER_SUBJECT="cdc.a.>",
+            TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS='["cdc.b.>"]',
+        )
+    assert [">"] == _config(tmp_path).bus.consumer.filters
+    two = _config(tmp_path, TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS='["cdc.a.>", "cdc.b.>"]')
+    assert ["cdc.a.>", "cdc.b.>"] == two.bus.consumer.filters
