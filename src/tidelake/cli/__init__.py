@@ -238,6 +238,16 @@ def demo(
             "started on existing tables",
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="N workers, each a stager and an ingest owning a share of the tables (its own "
+            "consumer over its tables' subjects, staging root and ingest state; one lake): "
+            "the tables dealt round-robin; the order or --tables workload on NATS only",
+        ),
+    ] = 1,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -262,6 +272,21 @@ def demo(
             "--source, --kafka, --with-ddl, --sinks or --views[/]"
         )
         raise typer.Exit(2)
+    if workers > 1 and (
+        source is not None
+        or kafka
+        or bus == "kafka"
+        or with_ddl
+        or sinks
+        or views
+        or trino
+        or object_store
+    ):
+        err_console.print(
+            "[bold red]--workers runs the order or --tables workload on a NATS bus, without "
+            "--source, --kafka, --with-ddl, --sinks, --views, --trino or --object-store[/]"
+        )
+        raise typer.Exit(2)
     out = err_console if json else console
     options = DemoOptions(
         sinks=sinks,
@@ -275,6 +300,7 @@ def demo(
         with_ddl=with_ddl,
         trino=trino,
         tables=tables,
+        workers=workers,
     )
     if source is not None:
         from tidelake.pipeline.demo_source import run_source_demo

@@ -372,7 +372,9 @@ class TableStore:
         interrupted after its tombstone is finished here.
         """
         if table_id not in self._checkpoints:
-            if discard_interrupted_creation(self.path(table_id)):  # before Hudi reads it
+            # Before Hudi reads it; only a table of ours: another worker may be creating it.
+            owned = self.config.ingest.owns(table_id)
+            if owned and discard_interrupted_creation(self.path(table_id)):
                 log.warning("removed a table whose creation was interrupted", table=table_id)
             committed = read_checkpoint(self.spark, self.path(table_id))
             tombstone = self.tombstone(table_id)

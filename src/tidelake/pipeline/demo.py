@@ -39,7 +39,8 @@ from tidelake.pipeline.demo_views import DemoViews
 from tidelake.pipeline.demo_views import settings as view_settings
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
-from tidelake.pipeline.stack import LocalStack, prepare_home
+from tidelake.pipeline.stack import LocalStack, merge_settings, prepare_home
+from tidelake.pipeline.workers import WorkerFaults, split_tables, worker_summaries
 from tidelake.runtime import tracing
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload
@@ -80,6 +81,12 @@ class DemoOptions:
     #: None: the order workload. N: the many-tables workload over N tables of one schema,
     #: changed round-robin (workload/many_tables.py), declared in ``lake.tables``.
     tables: int | None = None
+    #: Stagers and ingests: 1 is one of each; N is N workers, each a stager and an ingest
+    #: owning a share of the tables (pipeline/workers.py).
+    workers: int = 1
+    #: With several workers: kill -9 the first worker's ingest while a round commits, and
+    #: start it again at once (the others must go on untouched).
+    kill_worker_ingest: bool = False
 
 
 @dataclass
@@ -116,6 +123,9 @@ class DemoResult:
     #: ``tables``: seconds from the tables' first rows, published before the measured stream,
     #: until the lake had created every table (DemoOptions.tables; not in the freshness).
     tables_created_s: float | None = None
+    #: ``workers``: per worker, its tables, Hudi commits and ingest rounds of rows
+    #: (``worker_summaries``); None with one stager and one ingest.
+    workers: list[dict[str, Any]] | None = None
 
     @property
     def view_mismatches(self) -> int | None:
@@ -226,16 +236,19 @@ async def publish_workload(
     on_sent: Callable[[int], None] | None = None,
     *,
     transactions: Iterable[list[Message]] | None = None,
+    consumer: bool = True,
 ) -> tuple[Published, float]:
     """Publish every transaction of ``workload`` (or ``transactions``, a part of it) at
     ``rate`` events/s, in order, and wait for the last PubAck; returns what was stored and
     the rate achieved. Survives nats-server restarts (the publisher re-opens its connection
-    and republishes in order)."""
+    and republishes in order). ``consumer``: make the stager's consumer first (not with
+    several workers, whose consumers the stack made)."""
     nc = await connect(cfg.bus, url)
     try:
         js = nc.jetstream()
         await ensure_streams(js, cfg.bus)
-        await ensure_consumer(js, cfg.bus)
+        if consumer:
+            await ensure_consumer(js, cfg.bus)
     finally:
         await nc.close()
     published = Published()
@@ -270,7 +283,9 @@ async def _publish(
     def advance(sent: int) -> None:
         progress.update(task, completed=min(sent, opts.events))
 
-    return await publish_workload(cfg, url, workload, opts.rate, advance)
+    return await publish_workload(
+        cfg, url, workload, opts.rate, advance, consumer=opts.workers == 1
+    )
 
 
 def open_tables(
@@ -282,7 +297,12 @@ def open_tables(
     task = progress.add_task(f"first row of {len(workload.tables):,} tables", total=None)
     opened, _ = asyncio.run(
         publish_workload(
-            stack.cfg, stack.bus_url, workload, opts.rate, transactions=workload.opening()
+            stack.cfg,
+            stack.bus_url,
+            workload,
+            opts.rate,
+            transactions=workload.opening(),
+            consumer=not stack.workers,
         )
     )
     progress.remove_task(task)
@@ -311,14 +331,22 @@ def wait_for_lake(
     total = sum(len(s) for s in published.seqs.values())
     task = progress.add_task(label, total=total)
     deadline = time.monotonic() + timeout_s
-    tail = Ledger(stack.cfg.lake_state_dir).commit_tail()
-    commits: list[CommitRecord] = []
+    # One commit log per ingest (several with workers: each owns its tables' commits).
+    tails = [Ledger(d).commit_tail() for d in stack.lake_state_dirs]
+    per_tail: list[list[CommitRecord]] = [[] for _ in tails]
     covered: dict[str, int] = {}
     while True:
-        new = tail.read_new()
-        if tail.reset:
-            commits, covered = [], {}
-        commits.extend(new)
+        new = []
+        for i, tail in enumerate(tails):
+            read = tail.read_new()
+            if tail.reset:
+                per_tail[i] = []
+            per_tail[i].extend(read)
+            new.extend(read)
+        commits = [c for part in per_tail for c in part]
+        if any(t.reset for t in tails):
+            covered = {}
+            new = commits
         for c in new:
             covered[c.table] = max(covered.get(c.table, 0), c.seq)
         done = sum(
@@ -334,7 +362,7 @@ def wait_for_lake(
         stack.check_children(
             skip=lambda name: (
                 name.startswith(("route-", "source-"))
-                or (name == "ingest" and restarting is not None and restarting.is_set())
+                or (name.startswith("ingest") and restarting is not None and restarting.is_set())
             )
         )
         if time.monotonic() > deadline:
@@ -383,18 +411,6 @@ async def stored_messages(
         await nc.close()
 
 
-def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` merged in, section by section (nested dicts merge, the rest
-    is replaced)."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_settings(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def wait_for_ingest(stack: LocalStack, console: Console) -> None:
     """Publish only once the stager runs and the ingest's Spark session is up: freshness then
     measures the pipeline, not the JVM's start (which happens once per process, not per
@@ -428,6 +444,18 @@ def verify_workload(cfg: Config, workload: Workload) -> list[Comparison]:
 
 def demo_workload(opts: DemoOptions) -> Workload:
     """The workload ``opts`` asks for: many tables, the orders with DDL, or the orders."""
+    if opts.workers > 1 and (
+        opts.with_ddl
+        or opts.sinks
+        or opts.views
+        or opts.trino
+        or opts.bus != "nats"
+        or opts.object_store
+    ):
+        # Each worker's share is a set of subjects on JetStream; the rest is one-writer only.
+        raise ValueError("several workers run the orders or many-tables workload, on NATS")
+    if opts.kill_worker_ingest and opts.workers < 2:
+        raise ValueError("killing a worker's ingest needs several workers")
     if opts.tables is not None:
         if opts.with_ddl or opts.sinks or opts.views or opts.bus != "nats":
             # Each of these is written around the order system's three tables.
@@ -480,11 +508,19 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                 sinks.start()
             settings = merge_settings(settings, sinks.settings())
             env = {**env, **sinks.env()}
-        stack = LocalStack(home, settings=settings, env=env)
+        shares = (
+            split_tables([f"{DATABASE}.{t}" for t in workload.schemas], opts.workers)
+            if opts.workers > 1
+            else []
+        )
+        stack = LocalStack(home, settings=settings, env=env, workers=shares)
         stack.start()
         cfg = stack.cfg
         result.lake = cfg.lake_root
         wait_for_ingest(stack, console)
+        faults = WorkerFaults(stack) if opts.kill_worker_ingest else None
+        if faults is not None:
+            faults.kill_first_ingest_once()
         if sinks is not None:
             sinks.kill_each_route_once(stack, opts.events)
         if views is not None:
@@ -507,13 +543,22 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                     stack,
                     opts.catch_up_timeout_s,
                     progress,
-                    views.restarting if views is not None else None,
+                    views.restarting
+                    if views is not None
+                    else faults.restarting
+                    if faults is not None
+                    else None,
                 )
             except LakeBehindError as behind:
                 # How far behind: what is visible, and how long the rest has waited so far.
                 result.measure_freshness(published, behind.commits, behind.at_ms)
                 raise
         result.measure_freshness(published, commits)
+        if faults is not None:
+            faults.wait()
+            result.faults += faults.faults
+        if shares:
+            result.workers = worker_summaries(shares, commits, stack)
         if views is not None:
             with console.status("views: the faults, then the update after the last round"):
                 views.wait_faults()
@@ -627,6 +672,13 @@ def render_summary(result: DemoResult, console: Console) -> None:
             ]
         )
     )
+    for worker in result.workers or []:
+        console.print(
+            f"worker {worker['worker']}: {worker['tables']} tables, {worker['commits']} Hudi "
+            f"commits in {worker['rounds']} rounds of rows"
+        )
+    if result.faults and result.workers is not None:
+        console.print(f"faults: {', '.join(result.faults)}")
     if result.error:
         console.print(f"[bold red]demo failed:[/] {result.error}")
     elif result.mismatches == 0:

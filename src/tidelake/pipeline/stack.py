@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -50,6 +50,7 @@ from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError, TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
+from tidelake.pipeline.workers import WorkerShare
 from tidelake.retry import backoff_s
 from tidelake.route.registry import RouteRegistry
 from tidelake.runtime.heartbeat import HEARTBEAT_DIR, heartbeat_name, parse_heartbeat
@@ -100,6 +101,7 @@ class LocalStack:
         env: Mapping[str, str] | None = None,
         ingest_interval_s: float = 0.5,
         die_with_parent: bool = False,
+        workers: Sequence[WorkerShare] = (),
     ) -> None:
         if (cfg is None) == (settings is None):
             raise ValueError("LocalStack takes either cfg or settings")
@@ -118,6 +120,13 @@ class LocalStack:
         self.url: str | None = None
         self.env: dict[str, str] = {}
         self.children: list[StageProcess] = []
+        #: Several workers (pipeline/workers.py), each a stager ``stager-<name>`` and an
+        #: ingest ``ingest-<name>`` with a config of its own; none: one stager, one ingest.
+        self.workers = tuple(workers)
+        if self.workers and settings is None:
+            raise ValueError("workers need settings: the stack writes each worker's config")
+        self.worker_cfgs: dict[str, Config] = {}
+        self._worker_env: dict[str, dict[str, str]] = {}
 
     # -- what the stack is ---------------------------------------------------------------------
 
@@ -198,8 +207,12 @@ class LocalStack:
             if url:
                 self.env["TIDELAKE_BUS__URL"] = url
         self.env.update(self.extra_env)
+        self._configure_workers(url)
         if self.on_kafka:
             asyncio.run(kafka_bus.ensure_topics(self._cfg.bus))
+        elif self.workers:
+            for worker in self.workers:  # the streams, and each worker's own consumer
+                asyncio.run(provision(self.worker_cfgs[worker.name].bus, url))
         else:
             asyncio.run(provision(self._cfg.bus, url))
         if self.nats is not None:
@@ -208,6 +221,33 @@ class LocalStack:
             )
             write_record(self.home, self.record)
         return self._cfg
+
+    def _configure_workers(self, url: str) -> None:
+        """Each worker's config: the shared settings with its own merged in, written to
+        ``<home>/workers/<name>/config.yaml``, and the environment of its processes."""
+        if not self.workers:
+            return
+        if self.on_kafka:
+            raise ConfigError("several workers need a JetStream bus (subject filters)")
+        for worker in self.workers:
+            shared = {"home": str(self.home), **self.settings}
+            data = merge_settings(merge_settings(shared, {"bus": {"url": url or None}}),
+                                  worker.settings(self.home))  # fmt: skip
+            path = worker.home(self.home) / "config.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+            self.worker_cfgs[worker.name] = load_config(path, environ=self.extra_env)
+            self._worker_env[worker.name] = {
+                **run_env(path, self.home, url),
+                **self.extra_env,
+            }
+
+    @property
+    def lake_state_dirs(self) -> list[Path]:
+        """The state directory of every ingest of the stack (one per worker)."""
+        if self.workers:
+            return [self.worker_cfgs[w.name].lake_state_dir for w in self.workers]
+        return [self.cfg.lake_state_dir]
 
     def start_stages(self) -> list[StageProcess]:
         """Start the stage processes (capture when ``capture.source`` is set, the sources,
@@ -218,6 +258,8 @@ class LocalStack:
         except ConfigError as exc:  # a registry written badly by hand: the config's sources
             log.warning("source registry unreadable; the config's sources only", error=str(exc))
             sources = sorted(cfg.sources)
+        if self.workers:
+            return self._start_workers()
         self.children = stage_children(
             self.env,
             cfg.home.resolve() / "logs",
@@ -231,6 +273,39 @@ class LocalStack:
         )
         # metrics.port is the parent's (run's own endpoint): each child gets its own port.
         assign_child_ports(self.children, cfg.metrics)
+        for child in self.children:
+            child.start()
+            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
+        return self.children
+
+    def _start_workers(self) -> list[StageProcess]:
+        """Each worker's stager and ingest (stagers first: they are the producers' side)."""
+        logs = self.cfg.home.resolve() / "logs"
+        stagers, ingests = [], []
+        for worker in self.workers:
+            env = self._worker_env[worker.name]
+            stagers.append(
+                StageProcess(
+                    f"stager-{worker.name}",
+                    tidelake_argv("stage"),
+                    env,
+                    logs / f"stage-{worker.name}.log",
+                    die_with_parent=self.die_with_parent,
+                )
+            )
+            ingests.append(
+                StageProcess(
+                    f"ingest-{worker.name}",
+                    tidelake_argv(
+                        "ingest", "--continuous", "--interval", str(self.ingest_interval_s)
+                    ),
+                    env,
+                    logs / f"ingest-{worker.name}.log",
+                    die_with_parent=self.die_with_parent,
+                )
+            )
+        self.children = [*stagers, *ingests]
+        assign_child_ports(self.children, self.cfg.metrics)
         for child in self.children:
             child.start()
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
@@ -359,30 +434,38 @@ class LocalStack:
 
     # -- health --------------------------------------------------------------------------------
 
-    def ingest_heartbeat(self) -> dict[str, Any] | None:
-        """The ingest's heartbeat, read through the ledger (its state directory's owner)."""
-        return Ledger(self.cfg.lake_state_dir).heartbeat()
+    def _stage_cfg(self, worker: str | None) -> Config:
+        return self.worker_cfgs[worker] if worker is not None else self.cfg
 
-    def stager_heartbeat(self) -> dict[str, Any] | None:
-        """The stager's heartbeat, read through the staging storage (local or S3)."""
-        storage = open_storage(self.cfg.stage_root, self.cfg.storage.s3)
+    def ingest_heartbeat(self, worker: str | None = None) -> dict[str, Any] | None:
+        """The ingest's heartbeat (``worker``'s, with several), read through the ledger (its
+        state directory's owner)."""
+        return Ledger(self._stage_cfg(worker).lake_state_dir).heartbeat()
+
+    def stager_heartbeat(self, worker: str | None = None) -> dict[str, Any] | None:
+        """The stager's heartbeat (``worker``'s, with several), read through the staging
+        storage (local or S3)."""
+        cfg = self._stage_cfg(worker)
+        storage = open_storage(cfg.stage_root, cfg.storage.s3)
         try:
             return parse_heartbeat(storage.get(f"{HEARTBEAT_DIR}/{heartbeat_name('stager')}"))
         except TidelakeError:
             return None
 
-    def ingest_up(self) -> bool:
+    def ingest_up(self, worker: str | None = None) -> bool:
         """The running ingest child has its Spark session (its own heartbeat says so)."""
-        ingest = self.child("ingest")
-        beat = self.ingest_heartbeat() or {}
+        ingest = self.child("ingest" if worker is None else f"ingest-{worker}")
+        beat = self.ingest_heartbeat(worker) or {}
         return ingest.alive() and beat.get("pid") == ingest.pid and beat.get("state") in INGEST_UP
 
-    def stager_up(self) -> bool:
-        stager = self.child("stager")
-        beat = self.stager_heartbeat() or {}
+    def stager_up(self, worker: str | None = None) -> bool:
+        stager = self.child("stager" if worker is None else f"stager-{worker}")
+        beat = self.stager_heartbeat(worker) or {}
         return stager.alive() and beat.get("pid") == stager.pid and beat.get("state") == "running"
 
     def healthy(self) -> bool:
+        if self.workers:
+            return all(self.stager_up(w.name) and self.ingest_up(w.name) for w in self.workers)
         return self.stager_up() and self.ingest_up()
 
     def check_children(self, skip: Callable[[str], bool] | None = None) -> None:
@@ -450,3 +533,15 @@ class LocalStack:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def merge_settings(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, section by section (nested dicts merge, the rest
+    is replaced)."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_settings(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
