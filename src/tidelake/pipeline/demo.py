@@ -37,10 +37,11 @@ from tidelake.config import Config, default_home
 from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.demo_views import DemoViews
 from tidelake.pipeline.demo_views import settings as view_settings
+from tidelake.pipeline.demo_workers import WorkerFaults, worker_summaries
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, merge_settings, prepare_home
-from tidelake.pipeline.workers import WorkerFaults, split_tables, worker_summaries
+from tidelake.pipeline.workers import split_tables
 from tidelake.runtime import tracing
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema
 from tidelake.workload.ddl import DdlWorkload

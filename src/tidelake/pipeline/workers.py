@@ -26,19 +26,13 @@ matches exactly one worker's filters and that worker's ``ingest.tables``.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tidelake.capture.canal import subject_for
 from tidelake.names import split_table_id
-
-if TYPE_CHECKING:
-    from tidelake.lake.ledger import CommitRecord
-    from tidelake.pipeline.stack import LocalStack
 
 #: The default durable consumer name; a worker's is ``<this>-<worker name>``.
 STAGER_DURABLE = "tidelake-stager"
@@ -90,84 +84,3 @@ def split_tables(tables: Iterable[str], workers: int) -> list[WorkerShare]:
 def owner_of(shares: Sequence[WorkerShare], table_id: str) -> WorkerShare | None:
     """The worker owning ``table_id``, if any."""
     return next((s for s in shares if table_id in s.tables), None)
-
-
-def worker_summaries(
-    shares: Sequence[WorkerShare], commits: Sequence[CommitRecord], stack: LocalStack
-) -> list[dict[str, Any]]:
-    """Per worker: its tables, its Hudi commits, its ingest's rounds of rows (the commits
-    of rows of one round all carry the sequence the round read through, ``lake/rules.py``
-    ``rows_seq_last``) and the pids of its processes now."""
-    out = []
-    for share in shares:
-        own = set(share.tables)
-        mine = [c for c in commits if c.table in own]
-        rounds = {c.seq for c in mine if not c.ddl and c.duration_ms is not None}
-        out.append(
-            {
-                "worker": share.name,
-                "tables": len(share.tables),
-                "commits": len(mine),
-                "rounds": len(rounds),
-                "stager_pid": stack.child(f"stager-{share.name}").pid,
-                "ingest_pid": stack.child(f"ingest-{share.name}").pid,
-            }
-        )
-    return out
-
-
-class WorkerFaults:
-    """``kill -9`` of the first worker's ingest while a round of it commits, started again
-    at once (as ``tidelake run`` would); the other workers' processes must stay the same."""
-
-    def __init__(self, stack: LocalStack) -> None:
-        self.stack = stack
-        self.faults: list[str] = []
-        #: Set while the killed ingest is down: the demo's wait does not count it as dead.
-        self.restarting = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def kill_first_ingest_once(self, timeout_s: float = 600) -> None:
-        """In a thread: wait for the first worker's ingest to commit, kill it, restart it."""
-        victim = self.stack.workers[0].name
-        others = {
-            c.name: c.pid
-            for c in self.stack.children
-            if c.name != f"ingest-{victim}" and c.pid is not None
-        }
-
-        def committing() -> bool:
-            beat = self.stack.ingest_heartbeat(victim) or {}
-            phase = (beat.get("round") or {}).get("phase")
-            return beat.get("state") == "applying" and phase == "committing"
-
-        def run() -> None:
-            deadline = time.monotonic() + timeout_s
-            while not committing():
-                if time.monotonic() > deadline:
-                    self.faults.append(f"ingest-{victim} not killed (no commit in {timeout_s} s)")
-                    return
-                time.sleep(0.05)
-            child = self.stack.child(f"ingest-{victim}")
-            self.restarting.set()
-            child.kill()
-            self.faults.append(f"kill -9 ingest-{victim} while a round commits")
-            child.start()
-            try:
-                deadline = time.monotonic() + 300
-                while not self.stack.ingest_up(victim) and time.monotonic() < deadline:
-                    time.sleep(0.2)
-            finally:
-                self.restarting.clear()
-            moved = sorted(
-                c.name for c in self.stack.children if c.name in others and c.pid != others[c.name]
-            )
-            if moved:
-                self.faults.append(f"other workers' processes restarted: {', '.join(moved)}")
-
-        self._thread = threading.Thread(target=run, daemon=True, name="worker-faults")
-        self._thread.start()
-
-    def wait(self, timeout_s: float = 600) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout_s)
