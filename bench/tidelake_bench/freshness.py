@@ -49,7 +49,7 @@ class FreshnessResult:
         return dict(self.__dict__)
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -61,7 +61,7 @@ def stage_pids(root: int, verb: str) -> list[int]:
     """The ``python -m tidelake.cli <verb>`` processes under ``root``, with their children
     (the ingest's Spark JVM)."""
     for pid in process_tree(root):
-        argv = _cmdline(pid)
+        argv = cmdline(pid)
         if "tidelake.cli" in argv and verb in argv[argv.index("tidelake.cli") + 1 :][:1]:
             return process_tree(pid)
     return []

@@ -358,6 +358,30 @@ _ROWS = (
     ("tables: mismatches", "tables_mismatches"),
     ("tables: stager peak RSS MiB", "tables_stager_peak_rss_mib"),
     ("tables: ingest process + JVM peak RSS MiB", "tables_ingest_peak_rss_mib"),
+    ("workers: active tables", "workers_tables"),
+    ("workers: events/s each table (target)", "workers_rate_per_table"),
+    *(
+        row
+        for w in (1, 2)
+        for row in (
+            (f"workers {w}: events/s published", f"workers{w}_events_per_s"),
+            (f"workers {w}: freshness p50 s", f"workers{w}_freshness_p50_s"),
+            (f"workers {w}: freshness p99 s", f"workers{w}_freshness_p99_s"),
+            (f"workers {w}: freshness max s", f"workers{w}_freshness_max_s"),
+            (f"workers {w}: messages not visible when the wait ended", f"workers{w}_not_visible"),
+            (f"workers {w}: s until every table existed", f"workers{w}_tables_created_s"),
+            (f"workers {w}: Hudi commits", f"workers{w}_commits"),
+            (f"workers {w}: ingest rounds, all workers (creating no table)", f"workers{w}_rounds"),
+            (f"workers {w}: ingest round s p50", f"workers{w}_round_s_p50"),
+            (f"workers {w}: tables verified", f"workers{w}_tables_verified"),
+            (f"workers {w}: mismatches", f"workers{w}_mismatches"),
+            (f"workers {w}: a stager's peak RSS MiB (largest)", f"workers{w}_stager_peak_rss_mib"),
+            (
+                f"workers {w}: an ingest + JVM's peak RSS MiB (largest)",
+                f"workers{w}_ingest_peak_rss_mib",
+            ),
+        )
+    ),
     ("stager peak RSS MiB", "stager_peak_rss_mib"),
     ("Spark driver (JVM) peak RSS MiB, ingest bench", "driver_peak_rss_mib"),
     ("ingest process + JVM peak RSS MiB, pipeline", "ingest_peak_rss_mib"),

@@ -30,7 +30,17 @@ from tidelake_bench.report import BenchResult, derive
 from tidelake_bench.stage import run_stage_bench
 from tidelake_bench.views import ViewsPlan
 
-PARTS = ("stage", "ingest", "freshness", "nats_sync", "capture", "snapshot", "views", "tables")
+PARTS = (
+    "stage",
+    "ingest",
+    "freshness",
+    "nats_sync",
+    "capture",
+    "snapshot",
+    "views",
+    "tables",
+    "workers",
+)
 #: The parts that use what ``bench/setup`` puts in place (the NATS CLI; HoodieStreamer's and
 #: Hudi 0.14's jars and PySpark): a run of other parts skips it (a first set-up builds and
 #: downloads for minutes, and would load the machine the other parts measure).
@@ -72,6 +82,12 @@ class Sizes:
     tables_rate: float = 10.0
     tables_seconds: float = 600.0
     tables_catch_up_s: float = 1_800.0
+    #: Scale-out (``workers.py``): the many-tables workload with 1 worker, then 2, side by
+    #: side — tables, events/s each, seconds of publishing, the catch-up bound.
+    workers_tables: int = 1_000
+    workers_rate: float = 10.0
+    workers_seconds: float = 600.0
+    workers_catch_up_s: float = 1_800.0
 
 
 #: The issue's sizes: 1M-row table, 10M for commit time vs size, 10 minutes of freshness at
@@ -98,6 +114,9 @@ QUICK = Sizes(
     tables=50,
     tables_seconds=60,
     tables_catch_up_s=600.0,
+    workers_tables=50,
+    workers_seconds=60,
+    workers_catch_up_s=600.0,
 )
 
 
@@ -160,6 +179,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "snapshot": lambda: _snapshot(home, sizes, n, result, log),
         "views": lambda: _views(home, sizes, n, result, log),
         "tables": lambda: _tables(home, sizes, n, result, log, console),
+        "workers": lambda: _workers(home, sizes, n, result, log, console),
     }
     for part in PARTS:
         if part not in opts.parts:
@@ -455,6 +475,63 @@ def _tables(
         f"{tables.freshness_p99_s} s{bound}; {tables.rounds} ingest rounds, p50 "
         f"{tables.round_s_p50} s"
     )
+
+
+def _workers(
+    home: Path,
+    sizes: Sizes,
+    n: dict[str, Any],
+    result: BenchResult,
+    log: Callable[[str], None],
+    console: Console,
+) -> None:
+    """The many-tables workload with 1 worker and with 2, each lake verified."""
+    from tidelake_bench.workers import run_workers_bench
+
+    workers = run_workers_bench(
+        home / "workers",
+        sizes.workers_tables,
+        sizes.workers_rate,
+        sizes.workers_seconds,
+        sizes.workers_catch_up_s,
+        log,
+        console,
+    )
+    result.details["workers"] = workers.to_json()
+    n |= {
+        "workers_tables": workers.tables,
+        "workers_rate_per_table": workers.rate_per_table,
+        "workers_seconds": workers.seconds,
+    }
+    for run in workers.runs:
+        k = f"workers{run.workers}"
+        n |= {
+            f"{k}_events_per_s": run.publish_events_per_s,
+            f"{k}_freshness_p50_s": run.freshness_p50_s,
+            f"{k}_freshness_p99_s": run.freshness_p99_s,
+            f"{k}_freshness_max_s": run.freshness_max_s,
+            f"{k}_not_visible": run.not_visible,
+            f"{k}_tables_created_s": run.tables_created_s,
+            f"{k}_commits": run.commits,
+            f"{k}_rounds": run.rounds,
+            f"{k}_round_s_p50": run.round_s_p50,
+            f"{k}_tables_verified": run.tables_verified,
+            f"{k}_mismatches": run.mismatches,
+            f"{k}_ingest_peak_rss_mib": max(
+                (w["ingest_peak_rss_mib"] or 0 for w in run.per_worker), default=None
+            )
+            or None,
+            f"{k}_stager_peak_rss_mib": max(
+                (w["stager_peak_rss_mib"] or 0 for w in run.per_worker), default=None
+            )
+            or None,
+        }
+        if run.error:
+            result.errors.append(f"workers ({run.workers}): {run.error}")
+        if run.mismatches:
+            result.errors.append(
+                f"workers ({run.workers}): the lake differs from the source ({run.mismatches})"
+            )
 
 
 def _round(value: float | None) -> float | None:

@@ -910,8 +910,8 @@ def bench(
     part: Annotated[
         list[str] | None,
         typer.Option(
-            help="stage, ingest, freshness, nats_sync, capture, snapshot, views or tables "
-            "(repeatable; default all; docs/benchmarks.md)"
+            help="stage, ingest, freshness, nats_sync, capture, snapshot, views, tables or "
+            "workers (repeatable; default all; docs/benchmarks.md)"
         ),
     ] = None,
     home: Annotated[
