@@ -375,6 +375,8 @@ _ROWS = (
             (f"workers {w}: ingest round s p50", f"workers{w}_round_s_p50"),
             (f"workers {w}: tables verified", f"workers{w}_tables_verified"),
             (f"workers {w}: mismatches", f"workers{w}_mismatches"),
+            (f"workers {w}: ingest CPU s, all workers (whole run)", f"workers{w}_ingest_cpu_s"),
+            (f"workers {w}: stager CPU s, all workers (whole run)", f"workers{w}_stager_cpu_s"),
             (f"workers {w}: a stager's peak RSS MiB (largest)", f"workers{w}_stager_peak_rss_mib"),
             (
                 f"workers {w}: an ingest + JVM's peak RSS MiB (largest)",

@@ -521,6 +521,10 @@ def _workers(
                 (w["ingest_peak_rss_mib"] or 0 for w in run.per_worker), default=None
             )
             or None,
+            f"{k}_ingest_cpu_s": round(sum(w.get("ingest_cpu_s") or 0 for w in run.per_worker), 1)
+            or None,
+            f"{k}_stager_cpu_s": round(sum(w.get("stager_cpu_s") or 0 for w in run.per_worker), 1)
+            or None,
             f"{k}_stager_peak_rss_mib": max(
                 (w["stager_peak_rss_mib"] or 0 for w in run.per_worker), default=None
             )

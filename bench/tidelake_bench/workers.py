@@ -15,6 +15,7 @@ resident memory of its stager and of its ingest with the Spark JVM, sampled from
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from tidelake.config import load_config
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.demo import DemoOptions, DemoResult, run_demo
 from tidelake_bench.freshness import cmdline
-from tidelake_bench.memory import PeakRss, process_tree
+from tidelake_bench.memory import PeakRss, cpu_seconds, process_tree
 from tidelake_bench.stats import percentile
 from tidelake_bench.tables import ingest_rounds
 
@@ -61,10 +62,58 @@ def worker_pids(root: int, verb: str, worker: str | None) -> list[int]:
     return []
 
 
-def _sample(root: int, worker: str | None) -> tuple[PeakRss, PeakRss]:
+class CpuTotal:
+    """The CPU seconds a process tree used, the largest of its samples: its processes' own
+    time while they live (and their waited-for children's), read every second."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+        self.seconds = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-total", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.seconds = max(self.seconds, cpu_seconds(self._pids()))
+
+    def start(self) -> CpuTotal:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Sampled:
+    """A worker's stager and ingest (with the JVM): peak memory and CPU seconds."""
+
+    stager: PeakRss
+    ingest: PeakRss
+    stager_cpu: CpuTotal
+    ingest_cpu: CpuTotal
+
+    def stop(self) -> None:
+        for sampler in (self.stager, self.ingest, self.stager_cpu, self.ingest_cpu):
+            sampler.stop()
+
+
+def _sample(root: int, worker: str | None) -> Sampled:
     """Samplers of ``worker``'s stager and of its ingest with the JVM, started."""
-    stager = PeakRss(lambda: worker_pids(root, "stage", worker)).start()
-    return stager, PeakRss(lambda: worker_pids(root, "ingest", worker)).start()
+
+    def stager() -> list[int]:
+        return worker_pids(root, "stage", worker)
+
+    def ingest() -> list[int]:
+        return worker_pids(root, "ingest", worker)
+
+    return Sampled(
+        PeakRss(stager).start(),
+        PeakRss(ingest).start(),
+        CpuTotal(stager).start(),
+        CpuTotal(ingest).start(),
+    )
 
 
 @dataclass
@@ -105,9 +154,10 @@ class WorkerRun:
             self.error = f"{tables - demo.tables} of {tables} tables were not verified"
 
     def record_worker(
-        self, name: str, config: Path, stager: PeakRss, ingest: PeakRss, tables: int | None
+        self, name: str, config: Path, sampled: Sampled, tables: int | None
     ) -> list[float]:
-        """One worker's rounds (from its own commit log) and memory; its rounds' spans."""
+        """One worker's rounds (from its own commit log), memory and CPU; its rounds'
+        spans."""
         commits = Ledger(load_config(config, environ={}).lake_state_dir).commits()
         rounds = [r for r in ingest_rounds(commits) if not r.created]
         spans = [r.span_s for r in rounds]
@@ -119,8 +169,14 @@ class WorkerRun:
                 "commits": len(commits),
                 "rounds": len(rounds),
                 "round_s_p50": None if p50 is None else round(p50, 3),
-                "stager_peak_rss_mib": stager.peak_mib,
-                "ingest_peak_rss_mib": ingest.peak_mib,
+                "stager_peak_rss_mib": sampled.stager.peak_mib,
+                "ingest_peak_rss_mib": sampled.ingest.peak_mib,
+                # Whole life: JVM start, warm-up and the tables' creation included.
+                "stager_cpu_s": round(sampled.stager_cpu.seconds, 1),
+                "ingest_cpu_s": round(sampled.ingest_cpu.seconds, 1),
+                "ingest_cpu_s_per_commit": (
+                    round(sampled.ingest_cpu.seconds / len(commits), 2) if commits else None
+                ),
             }
         )
         self.rounds += len(rounds)
@@ -184,13 +240,12 @@ def run_workers_bench(
         try:
             demo = run_demo(opts, console)
         finally:
-            for stager, ingest in samplers.values():
-                stager.stop()
-                ingest.stop()
+            for sampled in samplers.values():
+                sampled.stop()
         run = WorkerRun(workers=count)
         run.record_demo(demo, tables)
         spans: list[float] = []
-        for name, (stager, ingest) in samplers.items():
+        for name, sampled in samplers.items():
             config = (
                 opts.home / "config.yaml"
                 if name is None
@@ -200,7 +255,7 @@ def run_workers_bench(
                 continue
             share = next((w for w in demo.workers or [] if w["worker"] == name), None)
             spans += run.record_worker(
-                name or "w1", config, stager, ingest, share["tables"] if share else None
+                name or "w1", config, sampled, share["tables"] if share else None
             )
         run.finish(spans)
         result.runs.append(run)

@@ -11,7 +11,7 @@ from tidelake.pipeline.demo import DemoResult
 from tidelake_bench.memory import PeakRss
 from tidelake_bench.report import BenchResult, render_markdown
 from tidelake_bench.runner import FULL, PARTS, QUICK
-from tidelake_bench.workers import WorkerRun, WorkersResult
+from tidelake_bench.workers import CpuTotal, Sampled, WorkerRun, WorkersResult
 
 
 def _worker_config(tmp_path: Path, name: str) -> Path:
@@ -44,9 +44,9 @@ def test_each_worker_counts_its_own_rounds_and_memory(tmp_path: Path) -> None:
     run = WorkerRun(workers=2)
     spans: list[float] = []
     for name, mib in (("w1", 4_000.0), ("w2", 3_500.0)):
-        spans += run.record_worker(
-            name, _worker_config(tmp_path, name), _sampler(300.0), _sampler(mib), 25
-        )
+        sampled = Sampled(_sampler(300.0), _sampler(mib), CpuTotal(list), CpuTotal(list))
+        sampled.ingest_cpu.seconds = 30.0
+        spans += run.record_worker(name, _worker_config(tmp_path, name), sampled, 25)
     run.finish(spans)
     assert 4 == run.rounds
     assert 2.0 == run.round_s_p50
@@ -54,6 +54,7 @@ def test_each_worker_counts_its_own_rounds_and_memory(tmp_path: Path) -> None:
         (w["worker"], w["tables"], w["commits"], w["rounds"], w["ingest_peak_rss_mib"])
         for w in run.per_worker
     ]
+    assert [10.0, 10.0] == [w["ingest_cpu_s_per_commit"] for w in run.per_worker]
 
 
 def test_a_run_missing_tables_is_an_error() -> None:
