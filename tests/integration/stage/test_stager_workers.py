@@ -21,6 +21,7 @@ from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer
 from tidelake.errors import BusError
 from tidelake.stage.consumer import run_stager
+from tidelake.view.replay import replay
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +158,16 @@ def test_a_changed_subject_set_is_refused(stage_env_factory: Callable[..., Stage
     single.consumer.durable = "worker-3"
     first = run(provision(single))
     assert first.created == run(provision(single)).created
+
+
+def test_a_replay_reads_only_the_workers_subjects(
+    stage_env_factory: Callable[..., StageEnv],
+) -> None:
+    """Replaying table a with worker 1's config reads the messages of its two subjects only
+    (a and b, not c or d), and gives every row event of a in stream order."""
+    one, _ = _workers(stage_env_factory)
+    seqs = _publish(one, range(200))
+    through = max(seqs["a"])
+    replayed = asyncio.run(replay(one.cfg, "shop.a", through, one.server.url))
+    assert len({s for s in seqs["a"] | seqs["b"] if s <= through}) == replayed.messages
+    assert sorted(seqs["a"]) == [e.seq for e in replayed.events]
