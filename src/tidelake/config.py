@@ -234,6 +234,14 @@ class BusConfig(_Model):
     consumer: ConsumerConfig = ConsumerConfig()
     connect_timeout_s: float = Field(5, gt=0, description="connect timeout per attempt")
 
+    @model_validator(mode="after")
+    def _filters_need_jetstream(self) -> BusConfig:
+        if self.kind == "kafka" and self.consumer.filters != [">"]:
+            # The Kafka stager reads its one partition whole: a worker's share of the
+            # stream is a set of JetStream subjects.
+            raise ValueError("consumer.filter_subject(s) need bus.kind: nats")
+        return self
+
 
 class RetentionConfig(_Model):
     """What happens to a staged batch once every table has passed it (lake/retention.py)."""

@@ -93,3 +93,13 @@ def test_a_consumer_takes_one_filter_or_a_set_never_both(tmp_path: Path) -> None
     assert [">"] == _config(tmp_path).bus.consumer.filters
     two = _config(tmp_path, TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS='["cdc.a.>", "cdc.b.>"]')
     assert ["cdc.a.>", "cdc.b.>"] == two.bus.consumer.filters
+
+
+def test_subject_filters_are_refused_on_a_kafka_bus(tmp_path: Path) -> None:
+    """The Kafka stager reads its partition whole: a worker's subjects need JetStream."""
+    with pytest.raises(ConfigError, match=r"need bus\.kind: nats"):
+        _config(
+            tmp_path,
+            TIDELAKE_BUS__KIND="kafka",
+            TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS='["cdc.a.>"]',
+        )
