@@ -19,11 +19,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_workers_fill_one_lake_equal_to_the_source_through_an_ingest_kill(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The order workload's three tables over two workers (2 + 1); w1's ingest killed -9
     mid-commit and restarted: every table equal to the source, nothing dead-lettered, each
     worker committed only its own tables, and w2's stager and ingest kept their pids."""
+    # Correctness, not freshness: no warm-up of the write path at each of the three JVM
+    # starts (it took 12-32 s each on 2 loaded cores); the children inherit the variable.
+    monkeypatch.setenv("TIDELAKE_INGEST__WARM_UP", "false")
     home = tmp_path / "demo"
     opts = DemoOptions(events=2_500, rate=1_000, home=home, workers=2, kill_worker_ingest=True)
     result = run_demo(opts, Console(file=io.StringIO(), width=120))
