@@ -7,6 +7,7 @@ takes one subject filter or a set, never both.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from tidelake.config import Config, load_config
 from tidelake.errors import ConfigError
 from tidelake.events import ChangeEvent, Op, Position
 from tidelake.lake import ddl
+from tidelake.lake.checkpoint import TableCheckpoint
 from tidelake.lake.evolve import DdlBlocked, SchemaEvolver
+from tidelake.lake.ledger import Ledger
 
 
 def _config(tmp_path: Path, **env: str) -> Config:
@@ -103,3 +106,41 @@ def test_subject_filters_are_refused_on_a_kafka_bus(tmp_path: Path) -> None:
             TIDELAKE_BUS__KIND="kafka",
             TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS='["cdc.a.>"]',
         )
+
+
+@dataclass
+class LakeOfTwoWorkers:
+    """The store's side of a DROP DATABASE: the lake holds shop.a (ours) and shop.b (the
+    other worker's); what was removed is recorded. No Spark: the catalog calls are no-ops."""
+
+    config: Config
+    ledger: Ledger
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def spark(self) -> LakeOfTwoWorkers:
+        return self
+
+    def sql(self, statement: str) -> None:
+        """The catalog's ``DROP DATABASE``: nothing to check here."""
+
+    def tables_of(self, database: str) -> list[str]:
+        return [f"{database}.a", f"{database}.b"]
+
+    def checkpoint(self, table_id: str) -> TableCheckpoint:
+        return TableCheckpoint(seq=1, position="1", schema_version=1)
+
+    def remove_table(self, table_id: str) -> None:
+        self.removed.append(table_id)
+
+
+def test_drop_database_drops_only_this_workers_tables(tmp_path: Path) -> None:
+    """The worker owning shop.a drops shop.a and leaves shop.b, which is in the same lake
+    directory, to its owner; the database's DROP is recorded in its own ledger."""
+    config = _config(tmp_path, TIDELAKE_INGEST__TABLES='["shop.a"]')
+    lake = LakeOfTwoWorkers(config, Ledger(tmp_path / "state"))
+    event = replace(_event("DROP DATABASE shop", ""), seq=7)
+    outcomes = SchemaEvolver(lake).apply("shop.", event)  # type: ignore[arg-type]
+    assert ["shop.a"] == lake.removed
+    assert [("shop.a", "drop database")] == [(o.table_id, o.action) for o in outcomes]
+    assert lake.ledger.tombstone("shop.b") is None
