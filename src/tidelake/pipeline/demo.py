@@ -676,7 +676,9 @@ def render_summary(result: DemoResult, console: Console) -> None:
     for worker in result.workers or []:
         console.print(
             f"worker {worker['worker']}: {worker['tables']} tables, {worker['commits']} Hudi "
-            f"commits in {worker['rounds']} rounds of rows"
+            f"commits in {worker['rounds']} rounds of rows; peak memory: stager "
+            f"{worker.get('stager_peak_rss_mib')} MiB, ingest with its JVM "
+            f"{worker.get('ingest_peak_rss_mib')} MiB"
         )
     if result.faults and result.workers is not None:
         console.print(f"faults: {', '.join(result.faults)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tidelake.lake.ledger import CommitRecord
@@ -34,9 +35,39 @@ def worker_summaries(
                 "rounds": len(rounds),
                 "stager_pid": stack.child(f"stager-{share.name}").pid,
                 "ingest_pid": stack.child(f"ingest-{share.name}").pid,
+                "stager_peak_rss_mib": peak_rss_mib(stack.child(f"stager-{share.name}").pid),
+                "ingest_peak_rss_mib": peak_rss_mib(stack.child(f"ingest-{share.name}").pid),
             }
         )
     return out
+
+
+def peak_rss_mib(pid: int | None, proc: Path = Path("/proc")) -> float | None:
+    """The kernel's high-water mark of resident memory (``VmHWM``) of ``pid`` and of every
+    process under it (the ingest's Spark JVM), summed: at most the sum their peaks could
+    reach together. None once it is gone (Linux only)."""
+    if pid is None:
+        return None
+    total_kib, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            status = (proc / str(p) / "status").read_text()
+            tasks = list((proc / str(p) / "task").iterdir())
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total_kib += int(line.split()[1])
+        for task in tasks:
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return round(total_kib / 1024, 1) if total_kib else None
 
 
 class WorkerFaults:

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tidelake.config import load_config
+from tidelake.pipeline.demo_workers import peak_rss_mib
 from tidelake.pipeline.stack import merge_settings
 from tidelake.pipeline.workers import owner_of, split_tables
 
@@ -46,3 +47,17 @@ def test_a_workers_config_owns_its_subjects_staging_state_and_tables(tmp_path: P
     assert one.lake_state_dir != two.lake_state_dir
     assert one.lake_root == two.lake_root
     assert (True, False) == (one.ingest.owns("shop.orders"), two.ingest.owns("shop.orders"))
+
+
+def _process(proc: Path, pid: int, hwm_kib: int, children: list[int]) -> None:
+    (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "status").write_text(f"Name:\tx\nVmHWM:\t  {hwm_kib} kB\nVmRSS:\t 1 kB\n")
+    (proc / str(pid) / "task" / str(pid) / "children").write_text(" ".join(map(str, children)))
+
+
+def test_a_workers_peak_memory_sums_its_process_tree(tmp_path: Path) -> None:
+    """The ingest (pid 10) and its JVM (11, a child): their VmHWM summed; gone: None."""
+    _process(tmp_path, 10, 200 * 1024, [11])
+    _process(tmp_path, 11, 3 * 1024 * 1024, [])
+    assert 3272.0 == peak_rss_mib(10, tmp_path)
+    assert peak_rss_mib(99, tmp_path) is None
