@@ -1111,6 +1111,17 @@ class Config(_Model):
         "object per line, for Loki, Elasticsearch, journald and the like)",
     )
 
+    @model_validator(mode="after")
+    def _worker_names_its_tables(self) -> Config:
+        if self.bus.consumer.filter_subjects and not self.ingest.tables:
+            # Empty means every table: this worker's ingest would apply a DROP DATABASE to
+            # the other workers' tables too (docs/deployment.md, Several workers).
+            raise ValueError(
+                "bus.consumer.filter_subjects makes this a worker with a share of the stream: "
+                "name its tables in ingest.tables as well (empty means every table)"
+            )
+        return self
+
     @field_validator("routes")
     @classmethod
     def _route_names(cls, routes: dict[str, RouteConfig]) -> dict[str, RouteConfig]:

@@ -45,6 +45,7 @@ def _workers(factory: Callable[..., StageEnv], **stage: Any) -> tuple[StageEnv, 
                 "filter_subjects": [probe.subject("shop", "a"), probe.subject("shop", "b")],
             },
         },
+        ingest={"tables": ["shop.a", "shop.b"]},
         stage={"max_events": 40, "max_age_s": 0.2, **stage},
     )
     second = factory(
@@ -60,6 +61,7 @@ def _workers(factory: Callable[..., StageEnv], **stage: Any) -> tuple[StageEnv, 
                 "filter_subjects": [probe.subject("shop", "c")],
             },
         },
+        ingest={"tables": ["shop.c"]},
         stage={"max_events": 40, "max_age_s": 0.2, **stage},
     )
     return first, second

@@ -63,6 +63,7 @@ def _stager(tmp_path: Path, js: Any, filters: list[str]) -> Stager:
         environ={
             "TIDELAKE_HOME": str(tmp_path),
             "TIDELAKE_BUS__CONSUMER__FILTER_SUBJECTS": str(filters),
+            "TIDELAKE_INGEST__TABLES": '["shop.*"]',
         },
     )
     nc = SimpleNamespace(jetstream=lambda: js)
