@@ -75,13 +75,11 @@ def ingest_rounds(commits: Iterable[CommitRecord]) -> list[IngestRound]:
     return rounds
 
 
-@dataclass
-class TablesResult:
-    """What the many-tables part measured."""
+@dataclass(kw_only=True)
+class DemoRun:
+    """The demo's own figures of one many-tables run (this part's, and each run of the
+    ``workers`` part): rate, freshness, commits, the verification."""
 
-    tables: int
-    rate_per_table: float
-    seconds: float
     events: int = 0
     publish_events_per_s: float = 0.0
     freshness_p50_s: float | None = None
@@ -91,36 +89,16 @@ class TablesResult:
     not_visible: int | None = None
     #: Seconds from the tables' first rows until the lake had created every table.
     tables_created_s: float | None = None
-    #: Rounds that created tables, and a table creation's commit (median seconds).
-    create_rounds: int = 0
-    create_commit_s_p50: float | None = None
     commits: int = 0
-    #: The rounds of tables at work (creating none), their spans and commits.
-    rounds: int = 0
-    round_s_p50: float | None = None
-    round_s_p99: float | None = None
-    round_s_max: float | None = None
-    #: Mean commits per round (tables a round wrote).
-    round_commits_mean: float | None = None
-    #: A table's commit in a round: median seconds (its share of a round's work).
-    commit_s_p50: float | None = None
     tables_verified: int = 0
     rows_expected: int = 0
     rows_in_lake: int = 0
     mismatches: int | None = None
-    stager_peak_rss_mib: float | None = None
-    ingest_peak_rss_mib: float | None = None
-    stager_rss_mib_per_minute: list[float | None] = field(default_factory=list)
-    ingest_rss_mib_per_minute: list[float | None] = field(default_factory=list)
     error: str | None = None
 
-    @property
-    def events_per_s_per_table(self) -> float | None:
-        """The publishing rate each table saw (the transactions go round-robin)."""
-        return round(self.publish_events_per_s / self.tables, 3) if self.tables else None
-
-    def record_demo(self, demo: DemoResult) -> None:
-        """The demo's own figures: rate, freshness, commits, the verification."""
+    def record_demo(self, demo: DemoResult, tables: int) -> None:
+        """The demo's figures; a verification that reached fewer than ``tables`` tables is
+        an error, not a result."""
         self.events = demo.events
         self.publish_events_per_s = demo.publish_events_per_s
         self.freshness_p50_s = demo.freshness_p50_s
@@ -134,9 +112,38 @@ class TablesResult:
         self.rows_in_lake = demo.rows_in_lake
         self.mismatches = demo.mismatches if demo.tables else None
         self.error = demo.error
-        missing = self.tables - demo.tables
-        if demo.tables and missing and self.error is None:
-            self.error = f"{missing} of {self.tables} tables were not verified"
+        if demo.tables and demo.tables < tables and self.error is None:
+            self.error = f"{tables - demo.tables} of {tables} tables were not verified"
+
+
+@dataclass(kw_only=True)
+class TablesResult(DemoRun):
+    """What the many-tables part measured."""
+
+    tables: int
+    rate_per_table: float
+    seconds: float
+    #: Rounds that created tables, and a table creation's commit (median seconds).
+    create_rounds: int = 0
+    create_commit_s_p50: float | None = None
+    #: The rounds of tables at work (creating none), their spans and commits.
+    rounds: int = 0
+    round_s_p50: float | None = None
+    round_s_p99: float | None = None
+    round_s_max: float | None = None
+    #: Mean commits per round (tables a round wrote).
+    round_commits_mean: float | None = None
+    #: A table's commit in a round: median seconds (its share of a round's work).
+    commit_s_p50: float | None = None
+    stager_peak_rss_mib: float | None = None
+    ingest_peak_rss_mib: float | None = None
+    stager_rss_mib_per_minute: list[float | None] = field(default_factory=list)
+    ingest_rss_mib_per_minute: list[float | None] = field(default_factory=list)
+
+    @property
+    def events_per_s_per_table(self) -> float | None:
+        """The publishing rate each table saw (the transactions go round-robin)."""
+        return round(self.publish_events_per_s / self.tables, 3) if self.tables else None
 
     def record_rounds(self, commits: list[CommitRecord]) -> None:
         """The ingest's rounds, those that created tables apart (``ingest_rounds``)."""
@@ -190,7 +197,7 @@ def run_tables_bench(
     result.ingest_peak_rss_mib = ingest.peak_mib
     result.stager_rss_mib_per_minute = stager.peaks_per_window(MEMORY_WINDOW_S)
     result.ingest_rss_mib_per_minute = ingest.peaks_per_window(MEMORY_WINDOW_S)
-    result.record_demo(demo)
+    result.record_demo(demo, tables)
     config = opts.home / "config.yaml"
     if config.exists():  # the demo's own config, as its processes read it
         result.record_rounds(Ledger(load_config(config, environ={}).lake_state_dir).commits())

@@ -25,11 +25,11 @@ from rich.console import Console
 
 from tidelake.config import load_config
 from tidelake.lake.ledger import Ledger
-from tidelake.pipeline.demo import DemoOptions, DemoResult, run_demo
+from tidelake.pipeline.demo import DemoOptions, run_demo
 from tidelake_bench.freshness import cmdline
 from tidelake_bench.memory import PeakRss, cpu_seconds, process_tree
 from tidelake_bench.stats import percentile
-from tidelake_bench.tables import ingest_rounds
+from tidelake_bench.tables import DemoRun, ingest_rounds
 
 Log = Callable[[str], None]
 
@@ -116,42 +116,16 @@ def _sample(root: int, worker: str | None) -> Sampled:
     )
 
 
-@dataclass
-class WorkerRun:
+@dataclass(kw_only=True)
+class WorkerRun(DemoRun):
     """One run: ``workers`` workers over the same workload."""
 
     workers: int
-    events: int = 0
-    publish_events_per_s: float = 0.0
-    freshness_p50_s: float | None = None
-    freshness_p99_s: float | None = None
-    freshness_max_s: float | None = None
-    not_visible: int | None = None
-    tables_created_s: float | None = None
-    commits: int = 0
     #: Rounds of rows of every worker (creating no table), and their spans' median.
     rounds: int = 0
     round_s_p50: float | None = None
-    tables_verified: int = 0
-    mismatches: int | None = None
     #: Per worker: tables, commits, rounds, round s p50, stager and ingest peak RSS MiB.
     per_worker: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-
-    def record_demo(self, demo: DemoResult, tables: int) -> None:
-        self.events = demo.events
-        self.publish_events_per_s = demo.publish_events_per_s
-        self.freshness_p50_s = demo.freshness_p50_s
-        self.freshness_p99_s = demo.freshness_p99_s
-        self.freshness_max_s = demo.freshness_max_s
-        self.not_visible = demo.not_visible
-        self.tables_created_s = demo.tables_created_s
-        self.commits = demo.commits
-        self.tables_verified = demo.tables
-        self.mismatches = demo.mismatches if demo.tables else None
-        self.error = demo.error
-        if demo.tables and demo.tables < tables and self.error is None:
-            self.error = f"{tables - demo.tables} of {tables} tables were not verified"
 
     def record_worker(
         self, name: str, config: Path, sampled: Sampled, tables: int | None

@@ -58,7 +58,9 @@ def test_fewer_tables_verified_than_run_is_an_error() -> None:
     """Every table must be in the lake: a table the verification did not reach is reported
     even when the tables it did reach are equal to the source."""
     result = TablesResult(tables=4, rate_per_table=10.0, seconds=60.0)
-    result.record_demo(DemoResult(events=100, tables=3, mismatches=0, freshness_p99_s=5.0))
+    result.record_demo(
+        DemoResult(events=100, tables=3, mismatches=0, freshness_p99_s=5.0), tables=4
+    )
     assert "1 of 4 tables were not verified" == result.error
     assert 0 == result.mismatches
 
