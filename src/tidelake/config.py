@@ -147,6 +147,12 @@ class EmbeddedNatsConfig(_Model):
         "free port; where it listens is recorded in <home>/bus.json",
     )
     store_dir: Path | None = Field(None, description="default: <home>/nats")
+    sync_always: bool = Field(
+        True,
+        description="JetStream's sync_interval: always, an fsync before every PubAck; false = "
+        "nats-server's default schedule (every 2 minutes: an OS crash can lose what was "
+        "acknowledged since), for measurements only (docs/nats.md)",
+    )
 
 
 class KafkaSaslConfig(_Model):

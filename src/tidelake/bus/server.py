@@ -192,6 +192,7 @@ class EmbeddedNats:
             port=cfg.port,
             binary=cfg.binary,
             host=cfg.host,
+            sync_always=cfg.sync_always,
             die_with_parent=die_with_parent,
         )
 

@@ -248,6 +248,16 @@ def demo(
             "the tables dealt round-robin; the order or --tables workload on NATS only",
         ),
     ] = 1,
+    fsync: Annotated[
+        bool,
+        typer.Option(
+            "--fsync/--no-fsync",
+            help="the embedded nats-server fsyncs before every PubAck (sync_interval: "
+            "always); --no-fsync: on nats-server's default schedule, every 2 minutes. Each "
+            "message is fsynced on its own, so on a disk like the 2-core bench machine's, "
+            "always caps publishing near 4,000 events/s (docs/benchmarks.md, optimisation 9)",
+        ),
+    ] = True,
 ) -> None:
     """Run the whole pipeline on embedded defaults and verify the lake row by row."""
     from tidelake.pipeline.demo import DemoOptions, render_summary, run_demo
@@ -263,6 +273,9 @@ def demo(
         raise typer.Exit(2)
     if views and (source is not None or kafka or bus == "kafka"):
         err_console.print("[bold red]--views runs with the workload on a NATS bus only[/]")
+        raise typer.Exit(2)
+    if not fsync and (source is not None or kafka or bus == "kafka"):
+        err_console.print("[bold red]--no-fsync runs with the workload on a NATS bus only[/]")
         raise typer.Exit(2)
     if tables is not None and (
         source is not None or kafka or bus == "kafka" or with_ddl or sinks or views
@@ -301,6 +314,7 @@ def demo(
         trino=trino,
         tables=tables,
         workers=workers,
+        fsync=fsync,
     )
     if source is not None:
         from tidelake.pipeline.demo_source import run_source_demo

@@ -39,6 +39,7 @@ from tidelake.pipeline.demo_views import DemoViews
 from tidelake.pipeline.demo_views import settings as view_settings
 from tidelake.pipeline.demo_workers import WorkerFaults, worker_summaries
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
+from tidelake.pipeline.pacing import Pacer
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
 from tidelake.pipeline.stack import LocalStack, merge_settings, prepare_home
 from tidelake.pipeline.workers import split_tables
@@ -88,6 +89,10 @@ class DemoOptions:
     #: With several workers: kill -9 the first worker's ingest while a round commits, and
     #: start it again at once (the others must go on untouched).
     kill_worker_ingest: bool = False
+    #: False: the embedded nats-server fsyncs on its default schedule instead of before every
+    #: PubAck (``bus.embedded.sync_always``): it fsyncs each message on its own, which caps
+    #: the rate a publisher can reach at the disk's (docs/benchmarks.md, optimisation 9).
+    fsync: bool = True
 
 
 @dataclass
@@ -229,6 +234,10 @@ def _percentile(values: list[float], q: int) -> float | None:
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
 
 
+#: Events between two progress reports of a publisher that never gets ahead of its rate.
+_REPORT_EVERY = 1_000
+
+
 async def publish_workload(
     cfg: Config,
     url: str,
@@ -256,21 +265,25 @@ async def publish_workload(
     # The demo's publisher is a capture: a span per message with tracing on (docs/tracing.md).
     traces = tracing.setup(cfg.tracing, "capture")
     async with await Publisher.open(cfg.bus, url, on_acked=published.record) as pub:
-        start = time.monotonic()
-        sent = 0
+        pacer = Pacer(rate)
+        sent = reported = 0
         for txn in workload.transactions() if transactions is None else transactions:
             for msg in txn:
                 await pub.publish(
                     msg.subject, msg.payload, msg.msg_id, (msg.table, msg.commit_ts_ms)
                 )
             sent += len(txn)
-            if on_sent is not None:
+            # Progress once a slice, or every _REPORT_EVERY events when behind the rate.
+            pause = pacer.pause_s(sent)
+            if on_sent is not None and (pause or sent - reported >= _REPORT_EVERY):
                 on_sent(sent)
-            ahead = start + sent / rate - time.monotonic()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
+                reported = sent
+            if pause:
+                await asyncio.sleep(pause)
+        if on_sent is not None:
+            on_sent(sent)
         await pub.durable()
-        elapsed = time.monotonic() - start
+        elapsed = pacer.elapsed_s()
     if traces is not None:
         await asyncio.to_thread(traces.force_flush)
     return published, sent / elapsed if elapsed > 0 else 0.0
@@ -488,6 +501,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
             # A changefeed started on existing tables sees no CREATE TABLE: the tables are
             # declared, as a source catalog would declare them (workload/many_tables.py).
             settings = merge_settings(settings, {"lake": {"tables": workload.table_definitions()}})
+        if not opts.fsync:
+            settings = merge_settings(settings, {"bus": {"embedded": {"sync_always": False}}})
         if views is not None:
             settings = merge_settings(settings, view_settings(opts.with_ddl))
         if opts.trino:

@@ -46,7 +46,7 @@ from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_rec
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.source_registry import SourceRegistry
-from tidelake.config import Config, load_config
+from tidelake.config import Config, EmbeddedNatsConfig, load_config
 from tidelake.errors import ConfigError, TidelakeError
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
@@ -180,12 +180,18 @@ class LocalStack:
             self.nats = (
                 EmbeddedNats.from_config(self._cfg.bus.embedded, store, die_with_parent=dies)
                 if self._cfg is not None
-                else EmbeddedNats(store, die_with_parent=dies)
+                else EmbeddedNats(store, sync_always=self._sync_always(), die_with_parent=dies)
             )
             url = self.nats.start().url
             log.info("embedded nats-server started", url=url, store=str(store))
         self.url = url
         return url
+
+    def _sync_always(self) -> bool:
+        """Settings mode: ``bus.embedded.sync_always`` of the settings (the config is written
+        once the bus has started, its URL in it)."""
+        embedded = dict(self.settings.get("bus") or {}).get("embedded") or {}
+        return EmbeddedNatsConfig.model_validate(embedded).sync_always
 
     def configure(self) -> Config:
         """Write the config (settings mode), load it, provision the bus; the children's

@@ -111,3 +111,12 @@ def test_restart_exited_restarts_the_dead_but_not_a_removed_source(
     assert ["source-crm", "stager"] == stack.restart_exited(restarts)
     assert {"source-crm": 1, "stager": 1} == restarts
     assert (1, 0, 1) == (crm.starts, gone.starts, stager.starts)
+
+
+def test_the_embedded_bus_fsyncs_unless_the_settings_say_otherwise(tmp_path: Path) -> None:
+    """Settings mode starts the bus before the config is written: ``bus.embedded.sync_always``
+    is read from the settings (``tidelake demo --no-fsync``), true when absent."""
+    off = {"bus": {"embedded": {"sync_always": False}}}
+    assert [True, True, False] == [
+        LocalStack(tmp_path, settings=s)._sync_always() for s in ({}, {"bus": {}}, off)
+    ]
