@@ -33,6 +33,8 @@ class FreshnessResult:
 
     rate: float
     seconds: float
+    #: The embedded nats-server fsynced before every PubAck (``sync_interval: always``).
+    fsync: bool = True
     events: int = 0
     publish_events_per_s: float = 0.0
     freshness_p50_s: float | None = None
@@ -81,12 +83,14 @@ def sampled_demo(opts: DemoOptions, console: Console) -> tuple[DemoResult, PeakR
 
 
 def run_freshness_bench(
-    home: Path, rate: float, seconds: float, log: Log, console: Console
+    home: Path, rate: float, seconds: float, log: Log, console: Console, *, fsync: bool = True
 ) -> FreshnessResult:
-    """The demo at ``rate`` events/s for ``seconds`` seconds, with memory sampling."""
-    result = FreshnessResult(rate=rate, seconds=seconds)
-    log(f"pipeline at {rate:,.0f} events/s for {seconds:,.0f} s (demo processes, defaults)")
-    opts = DemoOptions(events=int(rate * seconds), rate=rate, home=home / "demo")
+    """The demo at ``rate`` events/s for ``seconds`` seconds, with memory sampling; ``fsync``
+    False: its nats-server fsyncs on its default schedule (``tidelake demo --no-fsync``)."""
+    result = FreshnessResult(rate=rate, seconds=seconds, fsync=fsync)
+    policy = "" if fsync else ", nats-server without an fsync per message"
+    log(f"pipeline at {rate:,.0f} events/s for {seconds:,.0f} s (demo processes, defaults{policy})")
+    opts = DemoOptions(events=int(rate * seconds), rate=rate, home=home / "demo", fsync=fsync)
     demo, stager, ingest = sampled_demo(opts, console)
     result.stager_peak_rss_mib = stager.peak_mib
     result.ingest_peak_rss_mib = ingest.peak_mib

@@ -199,3 +199,19 @@ def test_log_format_json_makes_every_log_line_json(tmp_path: Path) -> None:
     expected = [("table control requested", "info", "pause", "shop.orders")]
     assert expected == [(r["event"], r["level"], r["action"], r["table"]) for r in records]
     assert proc.stdout.startswith("pause of shop.orders requested at")
+
+
+def test_demo_without_fsync_is_for_the_nats_bus_only() -> None:
+    """`demo --no-fsync` changes the embedded nats-server's sync policy: with a database
+    source or Kafka in front it is a usage error (exit 2)."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    results = [
+        runner.invoke(app, ["demo", "--no-fsync", *extra])
+        for extra in (["--kafka"], ["--bus", "kafka"], ["--source", "mariadb"])
+    ]
+    assert [(2, True)] * 3 == [
+        (r.exit_code, "--no-fsync runs with the workload on a NATS bus only" in r.output)
+        for r in results
+    ]
