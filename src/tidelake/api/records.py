@@ -260,8 +260,9 @@ class DurabilityCheck:
     """The bus server's sync policy as ``status`` reports it (``bus/durability.py``).
 
     The embedded server (no ``bus.url``) is tidelake's own and runs with ``sync_interval:
-    always``: nothing to check. An external server is asked through ``bus.monitor_url``; with
-    none set, status says it cannot see, once, as a warning of its own.
+    always`` unless ``bus.embedded.sync_always`` is false, which is warned about. An external
+    server is asked through ``bus.monitor_url``; with none set, status says it cannot see,
+    once, as a warning of its own.
     """
 
     def __init__(self, bus: BusConfig) -> None:
@@ -271,7 +272,12 @@ class DurabilityCheck:
 
     def warnings(self) -> list[str]:
         if self.bus.url is None:
-            return []
+            if self.bus.embedded.sync_always:
+                return []
+            return [
+                "bus.embedded.sync_always is false: the embedded nats-server fsyncs every 2 "
+                "minutes, and an OS crash loses what it acknowledged since (docs/nats.md)"
+            ]
         if self.bus.monitor_url is None:
             return [
                 "bus.monitor_url is not set: whether the external nats-server fsyncs acknowledged "

@@ -15,8 +15,8 @@ from tidelake.bus.durability import (
     fetch_varz,
     sync_policy,
 )
-from tidelake.bus.server import embedded_config_text
-from tidelake.config import BusConfig
+from tidelake.bus.server import EmbeddedNats, embedded_config_text
+from tidelake.config import BusConfig, EmbeddedNatsConfig
 from tidelake.errors import BusError
 
 #: The parts of /varz that matter, as nats-server 2.15.2 answers with `sync_interval: always`.
@@ -73,6 +73,22 @@ def test_a_server_without_jetstream_is_warned_about() -> None:
 def test_the_embedded_server_is_not_checked() -> None:
     """No bus.url: the embedded server is tidelake's own, started with sync always."""
     assert [] == DurabilityCheck(BusConfig()).warnings()
+
+
+def test_an_embedded_server_without_sync_always_is_warned_about() -> None:
+    """``bus.embedded.sync_always: false`` (measurements: ``demo --no-fsync``) is said."""
+    bus = BusConfig.model_validate({"embedded": {"sync_always": False}})
+    [warning] = DurabilityCheck(bus).warnings()
+    assert "bus.embedded.sync_always is false" in warning
+
+
+def test_the_embedded_server_takes_its_sync_policy_from_the_config(tmp_path: Any) -> None:
+    """``EmbeddedNats.from_config`` starts the server with ``bus.embedded.sync_always``."""
+    policies = [
+        EmbeddedNats.from_config(EmbeddedNatsConfig(sync_always=always), tmp_path).sync_always
+        for always in (True, False)
+    ]
+    assert [True, False] == policies
 
 
 def test_an_external_server_without_monitor_url_says_it_cannot_see() -> None:
