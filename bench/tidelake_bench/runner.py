@@ -60,13 +60,15 @@ class Sizes:
     #: The second, higher rate the freshness part runs at; None skips it.
     freshness_rate_high: float | None = 10_000
     #: ... and for how long: the goal's 10 minutes (a shorter run leaves it unknown:
-    #: report.py). The demo publishes rate x seconds events whatever rate it reaches.
+    #: report.py). The demo publishes rate x seconds events whatever rate it reaches: 6M
+    #: events took 11.8 minutes at 8,470 events/s beside the stager and the ingest, and the
+    #: run 16 minutes with the catch-up (docs/benchmarks.md, optimisation 9).
     freshness_seconds_high: float = 600
     #: Whether the high rate's nats-server fsyncs before every PubAck, as the embedded server
     #: does by default. It fsyncs each message on its own: on the bench machine that held the
     #: demo's publisher to 730-1,316 events/s of 10,000 (1,479-4,020 with nothing beside it)
-    #: and cost nats-server over a core; without it the publisher reached 9,891 beside the
-    #: stager and the ingest (docs/benchmarks.md, optimisation 9). The capture parts run so
+    #: and cost nats-server over a core; without it the publisher reached 8,470-9,891 beside
+    #: the stager and the ingest (docs/benchmarks.md, optimisation 9). The capture parts run so
     #: too (tools.CAPTURE_SYNC_ALWAYS); the 1,000 events/s run keeps the fsync.
     freshness_high_fsync: bool = False
     #: Changes written then captured per source, and the lag form's writer rate and length.
