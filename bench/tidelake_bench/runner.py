@@ -67,7 +67,7 @@ class Sizes:
     #: Whether the high rate's nats-server fsyncs before every PubAck, as the embedded server
     #: does by default. It fsyncs each message on its own: on the bench machine that held the
     #: demo's publisher to 730-1,316 events/s of 10,000 (1,479-4,020 with nothing beside it)
-    #: and cost nats-server over a core; without it the publisher reached 8,470-9,891 beside
+    #: and cost nats-server over a core; without it the publisher reached 8,470-9,986 beside
     #: the stager and the ingest (docs/benchmarks.md, optimisation 9). The capture parts run so
     #: too (tools.CAPTURE_SYNC_ALWAYS); the 1,000 events/s run keeps the fsync.
     freshness_high_fsync: bool = False
