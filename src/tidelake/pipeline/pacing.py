@@ -5,9 +5,9 @@ it ahead of the rate: at 10,000 events/s about 6,000 sleeps a second, each a pas
 loop, a socket write of one or two messages and a read of their PubAcks. Paced that way it
 used about twice the CPU of publishing flat out, and nats-server 2.5 to 3.5 times as much;
 slices took a third of the publisher's CPU off and half of nats-server's (docs/benchmarks.md,
-optimisation 9). :class:`Pacer` lets it run until it is a slice
-(:data:`SLICE_S`) ahead of the rate, then sleeps that off: the same average rate, bursts of
-rate x slice events (100 at 10,000 events/s), far below a freshness of seconds.
+optimisation 9). :class:`Pacer` lets it run until it is a slice (:data:`SLICE_S`) ahead of
+the rate, then sleeps that off: the same average rate, bursts of rate x slice events (100 at
+10,000 events/s), far below a freshness of seconds.
 """
 
 from __future__ import annotations
