@@ -308,14 +308,13 @@ def test_stop_event_cuts_a_wait_short() -> None:
     each attempt then leaves without calling again (the ingest's round loop does so)."""
     stop = threading.Event()
     call = failing([BusError("down")] * 3)
-    for attempt in retrying("test", stop_event=stop, first_wait_s=30.0):
+    # The stop comes as the retrier enters its 30-s wait after the first failure (on_retry
+    # runs just before the wait, after the stop was checked), whatever the machine's load.
+    retrier = retrying("test", stop_event=stop, first_wait_s=30.0, on_retry=lambda *_: stop.set())
+    for attempt in retrier:
         if stop.is_set():
             break
         with attempt:
-            if not call.calls:  # type: ignore[attr-defined]
-                # The stop comes during the 30-s wait after this first failure, whatever the
-                # machine's load (a timer started before the loop could fire before the call).
-                threading.Timer(0.1, stop.set).start()
             call()
     assert (True, 1) == (stop.is_set(), len(call.calls))  # type: ignore[attr-defined]
 
@@ -324,18 +323,14 @@ def test_stop_event_reraises_the_last_error() -> None:
     """Called as a function, a stopped retrier raises the last error after the attempt that
     follows the cut wait."""
     stop = threading.Event()
-    inner = failing([BusError("down")] * 3)
-
-    def call() -> str:
-        # The stop comes while the retrier waits its 30 s after this first failure (a timer
-        # started before the first call could fire first on a loaded machine).
-        if not inner.calls:  # type: ignore[attr-defined]
-            threading.Timer(0.05, stop.set).start()
-        return inner()
-
+    call = failing([BusError("down")] * 3)
+    # The stop comes as the retrier enters its 30-s wait after the first failure (on_retry
+    # runs just before the wait): a timer could fire before the stop check on a loaded
+    # machine, and the retrier would then rightly give up after one attempt.
+    retrier = retrying("test", stop_event=stop, first_wait_s=30.0, on_retry=lambda *_: stop.set())
     with pytest.raises(BusError, match="down"):
-        retrying("test", stop_event=stop, first_wait_s=30.0)(call)
-    assert 2 == len(inner.calls)  # type: ignore[attr-defined]
+        retrier(call)
+    assert 2 == len(call.calls)  # type: ignore[attr-defined]
 
 
 def test_attempts_must_be_positive() -> None:
