@@ -27,25 +27,57 @@ from tidelake_bench.memory import PeakRss, process_tree
 Log = Callable[[str], None]
 
 
-@dataclass
-class FreshnessResult:
+@dataclass(kw_only=True)
+class DemoRun:
+    """The demo's own figures of one bench run of it (the freshness part's, the ``tables``
+    part's, each run of the ``workers`` part): rate, freshness, commits, the verification."""
+
+    events: int = 0
+    publish_events_per_s: float = 0.0
+    freshness_p50_s: float | None = None
+    freshness_p99_s: float | None = None
+    freshness_max_s: float | None = None
+    #: Messages not visible when the wait ended (None: the lake caught up).
+    not_visible: int | None = None
+    #: Seconds from the tables' first rows until the lake had created every table.
+    tables_created_s: float | None = None
+    commits: int = 0
+    tables_verified: int = 0
+    rows_expected: int = 0
+    rows_in_lake: int = 0
+    mismatches: int | None = None
+    error: str | None = None
+
+    def record_demo(self, demo: DemoResult, tables: int) -> None:
+        """The demo's figures; a verification that reached fewer than ``tables`` tables is
+        an error, not a result."""
+        self.events = demo.events
+        self.publish_events_per_s = demo.publish_events_per_s
+        self.freshness_p50_s = demo.freshness_p50_s
+        self.freshness_p99_s = demo.freshness_p99_s
+        self.freshness_max_s = demo.freshness_max_s
+        self.not_visible = demo.not_visible
+        self.tables_created_s = demo.tables_created_s
+        self.commits = demo.commits
+        self.tables_verified = demo.tables
+        self.rows_expected = demo.rows_expected
+        self.rows_in_lake = demo.rows_in_lake
+        self.mismatches = demo.mismatches if demo.tables else None
+        self.error = demo.error
+        if demo.tables and demo.tables < tables and self.error is None:
+            self.error = f"{tables - demo.tables} of {tables} tables were not verified"
+
+
+@dataclass(kw_only=True)
+class FreshnessResult(DemoRun):
     """What the freshness benchmark measured."""
 
     rate: float
     seconds: float
     #: The embedded nats-server fsynced before every PubAck (``sync_interval: always``).
     fsync: bool = True
-    events: int = 0
-    publish_events_per_s: float = 0.0
-    freshness_p50_s: float | None = None
-    freshness_p99_s: float | None = None
-    freshness_max_s: float | None = None
-    commits: int = 0
-    rows_in_lake: int = 0
-    mismatches: int | None = None
     stager_peak_rss_mib: float | None = None
     ingest_peak_rss_mib: float | None = None
-    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,13 +126,5 @@ def run_freshness_bench(
     demo, stager, ingest = sampled_demo(opts, console)
     result.stager_peak_rss_mib = stager.peak_mib
     result.ingest_peak_rss_mib = ingest.peak_mib
-    result.events = demo.events
-    result.publish_events_per_s = demo.publish_events_per_s
-    result.freshness_p50_s = demo.freshness_p50_s
-    result.freshness_p99_s = demo.freshness_p99_s
-    result.freshness_max_s = demo.freshness_max_s
-    result.commits = demo.commits
-    result.rows_in_lake = demo.rows_in_lake
-    result.mismatches = demo.mismatches if demo.tables else None
-    result.error = demo.error
+    result.record_demo(demo, demo.tables)  # the order workload's tables, all verified
     return result

@@ -37,8 +37,8 @@ from rich.console import Console
 
 from tidelake.config import load_config
 from tidelake.lake.ledger import CommitRecord, Ledger
-from tidelake.pipeline.demo import DemoOptions, DemoResult
-from tidelake_bench.freshness import sampled_demo
+from tidelake.pipeline.demo import DemoOptions
+from tidelake_bench.freshness import DemoRun, sampled_demo
 from tidelake_bench.stats import percentile
 
 Log = Callable[[str], None]
@@ -73,47 +73,6 @@ def ingest_rounds(commits: Iterable[CommitRecord]) -> list[IngestRound]:
         created = sum(1 for c in group if c.seq_from == 0)
         rounds.append(IngestRound(seq, len(group), round((end - start) / 1000, 3), created))
     return rounds
-
-
-@dataclass(kw_only=True)
-class DemoRun:
-    """The demo's own figures of one many-tables run (this part's, and each run of the
-    ``workers`` part): rate, freshness, commits, the verification."""
-
-    events: int = 0
-    publish_events_per_s: float = 0.0
-    freshness_p50_s: float | None = None
-    freshness_p99_s: float | None = None
-    freshness_max_s: float | None = None
-    #: Messages not visible when the wait ended (None: the lake caught up).
-    not_visible: int | None = None
-    #: Seconds from the tables' first rows until the lake had created every table.
-    tables_created_s: float | None = None
-    commits: int = 0
-    tables_verified: int = 0
-    rows_expected: int = 0
-    rows_in_lake: int = 0
-    mismatches: int | None = None
-    error: str | None = None
-
-    def record_demo(self, demo: DemoResult, tables: int) -> None:
-        """The demo's figures; a verification that reached fewer than ``tables`` tables is
-        an error, not a result."""
-        self.events = demo.events
-        self.publish_events_per_s = demo.publish_events_per_s
-        self.freshness_p50_s = demo.freshness_p50_s
-        self.freshness_p99_s = demo.freshness_p99_s
-        self.freshness_max_s = demo.freshness_max_s
-        self.not_visible = demo.not_visible
-        self.tables_created_s = demo.tables_created_s
-        self.commits = demo.commits
-        self.tables_verified = demo.tables
-        self.rows_expected = demo.rows_expected
-        self.rows_in_lake = demo.rows_in_lake
-        self.mismatches = demo.mismatches if demo.tables else None
-        self.error = demo.error
-        if demo.tables and demo.tables < tables and self.error is None:
-            self.error = f"{tables - demo.tables} of {tables} tables were not verified"
 
 
 @dataclass(kw_only=True)

@@ -26,10 +26,10 @@ from rich.console import Console
 from tidelake.config import load_config
 from tidelake.lake.ledger import Ledger
 from tidelake.pipeline.demo import DemoOptions, run_demo
-from tidelake_bench.freshness import cmdline
+from tidelake_bench.freshness import DemoRun, cmdline
 from tidelake_bench.memory import PeakRss, cpu_seconds, process_tree
 from tidelake_bench.stats import percentile
-from tidelake_bench.tables import DemoRun, ingest_rounds
+from tidelake_bench.tables import ingest_rounds
 
 Log = Callable[[str], None]
 
