@@ -334,7 +334,11 @@ class Stager(StagerControl):
     # others: every message would look like one after a gap, and a gap check takes a second.
     # The consumer sequence proves such a gap empty without asking the server. JetStream
     # delivers a consumer's messages for the first time in stream order, and every delivery
-    # (a redelivery too) takes the next consumer sequence. So when this process took the
+    # (a redelivery too) takes the next consumer sequence (nats-server server/consumer.go:
+    # getNextMsg serves redeliveries first, then the next stored message at or after the
+    # consumer's stream sequence matching its filters; deliverMsg takes dseq and increments
+    # it for every message it sends; the deliver-last-per-subject skip list, which breaks
+    # stream order, is not a policy tidelake uses). So when this process took the
     # delivery with consumer sequence c in order, a first delivery with consumer sequence
     # c + 1 is the next message of ours in the stream: nothing of ours lies between them. A
     # redelivery, a delivery to another stager on the same consumer, or a restart breaks the
