@@ -1293,11 +1293,14 @@ def _is_text_setting(keys: list[str]) -> bool:
     return str in kinds and kinds <= {str, type(None)}
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, section by section: nested mappings merge, anything
+    else is replaced (environment overrides over the file; a demo's or a worker's settings
+    over the shared ones)."""
     merged = dict(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(merged.get(k), dict):
-            merged[k] = _merge(merged[k], v)
+        if isinstance(v, Mapping) and isinstance(merged.get(k), Mapping):
+            merged[k] = merge_settings(merged[k], v)
         else:
             merged[k] = v
     return merged
@@ -1331,7 +1334,7 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
             raise ConfigError(f"{p}: the top level must be a mapping")
         data = loaded or {}
         _reject_secrets_in_file(data)
-    data = _merge(data, _env_overrides(env))
+    data = merge_settings(data, _env_overrides(env))
     if "home" not in data:
         data["home"] = str(default_home(env))
     try:

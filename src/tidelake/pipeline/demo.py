@@ -33,7 +33,7 @@ from rich.table import Table
 from tidelake.bus.connection import connect
 from tidelake.bus.provision import ensure_consumer, ensure_streams
 from tidelake.capture.publisher import Acked, Publisher
-from tidelake.config import Config, default_home
+from tidelake.config import Config, default_home, merge_settings
 from tidelake.lake.ledger import CommitRecord, Ledger
 from tidelake.pipeline.demo_views import DemoViews
 from tidelake.pipeline.demo_views import settings as view_settings
@@ -41,7 +41,7 @@ from tidelake.pipeline.demo_workers import WorkerFaults, worker_summaries
 from tidelake.pipeline.object_store import DemoObjectStore, start_object_store
 from tidelake.pipeline.pacing import Pacer
 from tidelake.pipeline.query_engines import QueryEngines, verify_through_trino
-from tidelake.pipeline.stack import LocalStack, merge_settings, prepare_home
+from tidelake.pipeline.stack import LocalStack, prepare_home
 from tidelake.pipeline.workers import split_tables
 from tidelake.runtime import tracing
 from tidelake.verify.compare import Comparison, compare_rows, compare_schema

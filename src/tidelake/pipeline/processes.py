@@ -57,6 +57,35 @@ class StageProcess(ChildProcess):
         )
 
 
+def stager_and_ingest(
+    env: Mapping[str, str],
+    logs: Path,
+    *,
+    ingest_interval_s: float,
+    die_with_parent: bool = False,
+    worker: str | None = None,
+) -> list[StageProcess]:
+    """A stager and a continuous ingest: ``stager`` and ``ingest``, or with several workers
+    (pipeline/workers.py) ``stager-<worker>`` and ``ingest-<worker>``, each its own log."""
+    suffix = "" if worker is None else f"-{worker}"
+    return [
+        StageProcess(
+            f"stager{suffix}",
+            tidelake_argv("stage"),
+            env,
+            logs / f"stage{suffix}.log",
+            die_with_parent=die_with_parent,
+        ),
+        StageProcess(
+            f"ingest{suffix}",
+            tidelake_argv("ingest", "--continuous", "--interval", str(ingest_interval_s)),
+            env,
+            logs / f"ingest{suffix}.log",
+            die_with_parent=die_with_parent,
+        ),
+    ]
+
+
 def stage_children(
     env: Mapping[str, str],
     logs: Path,
@@ -83,18 +112,9 @@ def stage_children(
         )
         for name in sources
     ]
-    children += [
-        StageProcess(
-            "stager", tidelake_argv("stage"), env, logs / "stage.log", die_with_parent=dies
-        ),
-        StageProcess(
-            "ingest",
-            tidelake_argv("ingest", "--continuous", "--interval", str(ingest_interval_s)),
-            env,
-            logs / "ingest.log",
-            die_with_parent=dies,
-        ),
-    ]
+    children += stager_and_ingest(
+        env, logs, ingest_interval_s=ingest_interval_s, die_with_parent=dies
+    )
     children += [
         StageProcess(
             f"route-{name}",

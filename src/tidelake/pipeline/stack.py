@@ -46,10 +46,16 @@ from tidelake.bus.discovery import BusRecord, claim_home, new_record, remove_rec
 from tidelake.bus.provision import provision
 from tidelake.bus.server import EmbeddedNats
 from tidelake.capture.source_registry import SourceRegistry
-from tidelake.config import Config, EmbeddedNatsConfig, load_config
+from tidelake.config import Config, EmbeddedNatsConfig, load_config, merge_settings
 from tidelake.errors import ConfigError, TidelakeError
 from tidelake.lake.ledger import Ledger
-from tidelake.pipeline.processes import StageProcess, run_env, stage_children, tidelake_argv
+from tidelake.pipeline.processes import (
+    StageProcess,
+    run_env,
+    stage_children,
+    stager_and_ingest,
+    tidelake_argv,
+)
 from tidelake.pipeline.workers import WorkerShare
 from tidelake.retry import backoff_s
 from tidelake.route.registry import RouteRegistry
@@ -257,26 +263,27 @@ class LocalStack:
 
     def start_stages(self) -> list[StageProcess]:
         """Start the stage processes (capture when ``capture.source`` is set, the sources,
-        stager, ingest, the routes)."""
+        stager, ingest, the routes; with several workers, each worker's stager and ingest)."""
         cfg = self.cfg
-        try:
-            sources = sorted(SourceRegistry(cfg).sources())
-        except ConfigError as exc:  # a registry written badly by hand: the config's sources
-            log.warning("source registry unreadable; the config's sources only", error=str(exc))
-            sources = sorted(cfg.sources)
         if self.workers:
-            return self._start_workers()
-        self.children = stage_children(
-            self.env,
-            cfg.home.resolve() / "logs",
-            capture=bool(cfg.capture.source),
-            ingest_interval_s=self.ingest_interval_s,
-            die_with_parent=self.die_with_parent,
-            # Routes read a JetStream bus; a paused one idles in its process until resumed.
-            routes=[] if self.on_kafka else sorted(RouteRegistry(cfg).routes()),
-            # A source publishes to either bus; a paused one idles in its process.
-            sources=sources,
-        )
+            self.children = self._worker_children()
+        else:
+            try:
+                sources = sorted(SourceRegistry(cfg).sources())
+            except ConfigError as exc:  # a registry written badly by hand: the config's own
+                log.warning("source registry unreadable; the config's sources only", error=str(exc))
+                sources = sorted(cfg.sources)
+            self.children = stage_children(
+                self.env,
+                cfg.home.resolve() / "logs",
+                capture=bool(cfg.capture.source),
+                ingest_interval_s=self.ingest_interval_s,
+                die_with_parent=self.die_with_parent,
+                # Routes read a JetStream bus; a paused one idles in its process until resumed.
+                routes=[] if self.on_kafka else sorted(RouteRegistry(cfg).routes()),
+                # A source publishes to either bus; a paused one idles in its process.
+                sources=sources,
+            )
         # metrics.port is the parent's (run's own endpoint): each child gets its own port.
         assign_child_ports(self.children, cfg.metrics)
         for child in self.children:
@@ -284,38 +291,27 @@ class LocalStack:
             log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
         return self.children
 
-    def _start_workers(self) -> list[StageProcess]:
-        """Each worker's stager and ingest (stagers first: they are the producers' side)."""
-        logs = self.cfg.home.resolve() / "logs"
-        stagers, ingests = [], []
-        for worker in self.workers:
-            env = self._worker_env[worker.name]
-            stagers.append(
-                StageProcess(
-                    f"stager-{worker.name}",
-                    tidelake_argv("stage"),
-                    env,
-                    logs / f"stage-{worker.name}.log",
-                    die_with_parent=self.die_with_parent,
-                )
+    def _worker_children(self) -> list[StageProcess]:
+        """Each worker's stager and ingest, the stagers first (the producers' side). A stack
+        of workers runs nothing else: a capture, source or route would belong to no worker."""
+        cfg = self.cfg
+        if cfg.capture.source or cfg.sources or cfg.routes:
+            raise ConfigError(
+                "several workers run only their stagers and ingests: run a capture, sources and "
+                "routes as a pipeline of their own"
             )
-            ingests.append(
-                StageProcess(
-                    f"ingest-{worker.name}",
-                    tidelake_argv(
-                        "ingest", "--continuous", "--interval", str(self.ingest_interval_s)
-                    ),
-                    env,
-                    logs / f"ingest-{worker.name}.log",
-                    die_with_parent=self.die_with_parent,
-                )
+        logs = cfg.home.resolve() / "logs"
+        pairs = [
+            stager_and_ingest(
+                self._worker_env[worker.name],
+                logs,
+                ingest_interval_s=self.ingest_interval_s,
+                die_with_parent=self.die_with_parent,
+                worker=worker.name,
             )
-        self.children = [*stagers, *ingests]
-        assign_child_ports(self.children, self.cfg.metrics)
-        for child in self.children:
-            child.start()
-            log.info("started", stage=child.name, pid=child.pid, log=str(child.log_path))
-        return self.children
+            for worker in self.workers
+        ]
+        return [p[0] for p in pairs] + [p[1] for p in pairs]
 
     def add_stager(self, name: str) -> StageProcess:
         """Start one more stager, called ``name``, on the same durable consumer (a fault run
@@ -539,15 +535,3 @@ class LocalStack:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def merge_settings(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` merged in, section by section (nested dicts merge, the rest
-    is replaced)."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = merge_settings(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

@@ -32,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from tidelake.capture.canal import subject_for
+from tidelake.config import ConsumerConfig
 from tidelake.names import split_table_id
 
-#: The default durable consumer name; a worker's is ``<this>-<worker name>``.
-STAGER_DURABLE = "tidelake-stager"
+#: The default durable consumer name (``bus.consumer.durable``); a worker's is
+#: ``<this>-<worker name>``.
+STAGER_DURABLE: str = ConsumerConfig.model_fields["durable"].default
 
 
 @dataclass(frozen=True)

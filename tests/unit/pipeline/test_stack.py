@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelake.pipeline.processes import STAGE_STOP_TIMEOUT_S, stage_children
+from tidelake.pipeline.processes import STAGE_STOP_TIMEOUT_S, stage_children, stager_and_ingest
 from tidelake.pipeline.stack import HOME_MARKER, LocalStack, prepare_home
 
 
@@ -120,3 +120,25 @@ def test_the_embedded_bus_fsyncs_unless_the_settings_say_otherwise(tmp_path: Pat
     assert [True, True, False] == [
         LocalStack(tmp_path, settings=s)._sync_always() for s in ({}, {"bus": {}}, off)
     ]
+
+
+def test_a_worker_gets_a_stager_and_an_ingest_of_its_own_name() -> None:
+    """With a worker's name the pair is ``stager-<w>`` and ``ingest-<w>``, each its own log."""
+    pair = stager_and_ingest({}, Path("/logs"), ingest_interval_s=0.5, worker="w2")
+    assert ["stager-w2", "ingest-w2"] == [c.name for c in pair]
+    assert [Path("/logs/stage-w2.log"), Path("/logs/ingest-w2.log")] == [c.log_path for c in pair]
+
+
+def test_a_stack_of_workers_refuses_a_capture_source_or_route(tmp_path: Path) -> None:
+    """A stack of workers runs only their stagers and ingests: a configured route (or capture,
+    or source) would belong to no worker, so it is refused rather than left unstarted."""
+    from tidelake.config import Config
+    from tidelake.errors import ConfigError
+    from tidelake.pipeline.workers import split_tables
+
+    route = {"sink": {"kind": "webhook", "url": "http://127.0.0.1:9/x"}}
+    stack = LocalStack(tmp_path, settings={}, workers=split_tables(["shop.a", "shop.b"], 2))
+    stack._cfg = Config.model_validate({"home": str(tmp_path), "routes": {"hook": route}})
+    with pytest.raises(ConfigError, match="several workers"):
+        stack.start_stages()
+    assert [] == stack.children

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from tidelake.config import S3Config
-from tidelake.pipeline.demo import merge_settings
+from tidelake.config import S3Config, merge_settings
 from tidelake.pipeline.metastore import HiveMetastore, site_xml
 from tidelake.pipeline.query_engines import trino_table
 from tidelake.pipeline.trino import TrinoServer, rows_as_dicts, s3_catalog_settings

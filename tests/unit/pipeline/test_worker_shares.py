@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidelake.config import load_config
+from tidelake.config import load_config, merge_settings
 from tidelake.pipeline.demo_workers import peak_rss_mib
-from tidelake.pipeline.stack import merge_settings
 from tidelake.pipeline.workers import owner_of, split_tables
 
 TABLES = [f"shop.store_{i:04d}" for i in range(1, 8)]
