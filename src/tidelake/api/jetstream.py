@@ -38,6 +38,7 @@ from nats.js import JetStreamContext, api
 
 from tidelake.bus import dlq
 from tidelake.bus.connection import connect
+from tidelake.bus.coverage import Coverage, stream_coverage
 from tidelake.bus.discovery import live_record
 from tidelake.config import BusConfig
 from tidelake.errors import BusError
@@ -51,6 +52,8 @@ CONNECT_TIMEOUT_S = 1.0
 MAX_PAYLOAD_SHOWN = 64 * 1024
 #: Payload bytes previewed per message in a page of the explorer.
 PREVIEW_CHARS = 200
+#: Unstaged subjects listed in the state (the most messages first); all are counted.
+UNSTAGED_SHOWN = 20
 
 ProgressFn = Callable[[int, int], None]
 
@@ -84,6 +87,21 @@ def _text(data: bytes | None, limit: int) -> str:
     return (data or b"")[:limit].decode("utf-8", errors="replace")
 
 
+def unstaged_state(coverage: Coverage | None) -> dict[str, Any] | None:
+    """The state's ``unstaged``: subjects no stager takes (at most :data:`UNSTAGED_SHOWN`, the
+    most messages first), how many there are, their messages and the stagers seen; None when
+    coverage is unknown (no consumer carries the stager marker: bus/coverage.py)."""
+    if coverage is None:
+        return None
+    ranked = sorted(coverage.unstaged.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "subjects": dict(ranked[:UNSTAGED_SHOWN]),
+        "subject_count": len(ranked),
+        "messages": coverage.unstaged_messages,
+        "stagers": list(coverage.stagers),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerPosition:
     """The stager's durable consumer: how far it has delivered and acked."""
@@ -111,6 +129,7 @@ class JetStream:
         self.url = url or bus.url
         self.home = home if self.url is None else None
         self._nc: Client | None = None
+        self._coverage_refused = False
 
     @property
     def configured(self) -> bool:
@@ -138,7 +157,8 @@ class JetStream:
     # -- state -----------------------------------------------------------------------------
 
     async def state(self, tables: list[str]) -> dict[str, Any]:
-        """Stream, consumer and DLQ state, and the last message of each table's subject."""
+        """Stream, consumer and DLQ state, the subjects no stager takes (``unstaged``:
+        :func:`unstaged_state`) and the last message of each table's subject."""
         js = await self.js()
         s = await js.stream_info(self.bus.stream.name)
         out: dict[str, Any] = {
@@ -174,6 +194,16 @@ class JetStream:
             }
         except nats.js.errors.NotFoundError:
             out["dlq"] = {"name": self.bus.dlq.name, "messages": 0, "bytes": 0}
+        try:
+            coverage = await stream_coverage(js, self.bus.stream.name)
+        except nats.js.errors.APIError as exc:
+            # JetStream answered with a refusal (a stream gone since, a restricted account):
+            # coverage is unknown, the rest of the state still holds. Said once, not per poll.
+            if not self._coverage_refused:
+                log.warning("stream coverage unknown", stream=self.bus.stream.name, error=str(exc))
+            self._coverage_refused = True
+            coverage = None
+        out["unstaged"] = unstaged_state(coverage)
         last: dict[str, dict[str, Any]] = {}
         if subject_prefix(self.bus) is not None:
             for table in tables:

@@ -124,6 +124,20 @@ class SnapshotCollector(Collector):
             "Messages in the dead-letter stream",
             value=d.get("messages", 0),
         )
+        # Only when coverage is known: no stager's consumer marked (an older deployment) is
+        # not "0 unstaged" (bus/coverage.py).
+        unstaged = bus.get("unstaged")
+        if unstaged is not None:
+            yield GaugeMetricFamily(
+                "tidelake_bus_unstaged_subjects",
+                "Subjects holding messages that no stager's filters take",
+                value=unstaged["subject_count"],
+            )
+            yield GaugeMetricFamily(
+                "tidelake_bus_unstaged_messages",
+                "Messages on subjects no stager takes (never staged; expire with the stream)",
+                value=unstaged["messages"],
+            )
 
     def _tables(self) -> Iterator[Metric]:
         snap = self.snap

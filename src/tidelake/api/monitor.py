@@ -13,9 +13,10 @@ their way), ``stale`` (messages for it are in the stream beyond its checkpoint a
 freshness is past ``stale_after_s``), ``catching_up`` (behind, neither), ``unknown`` (the bus
 is unreachable), ``skipped`` (our capture does not take it, for the reason its heartbeat
 gives: capture/keys.py; it never makes the pipeline stale). The pipeline is ``down`` when
-the ingest or the stager is down, ``stale`` when a table is stale or paused, ``degraded``
-when the bus is unreachable, dead letters wait or the ingest's state is unreadable,
-``healthy`` otherwise.
+the ingest or the stager is down, ``stale`` when a table is stale or paused or messages wait
+on subjects no stager takes (bus/coverage.py: they expire without reaching the lake),
+``degraded`` when the bus is unreachable, dead letters wait or the ingest's state is
+unreadable, ``healthy`` otherwise.
 """
 
 from __future__ import annotations
@@ -390,6 +391,27 @@ def table_states(snap: Snapshot) -> list[dict[str, Any]]:
     return out
 
 
+#: Unstaged subjects a problem names; the rest are counted (``tidelake status --json`` lists
+#: up to 20).
+UNSTAGED_NAMED = 3
+
+
+def unstaged_problem(unstaged: dict[str, Any] | None) -> str | None:
+    """What to say of messages on subjects no stager takes (the bus state's ``unstaged``:
+    api/jetstream.py); None when there are none or coverage is unknown."""
+    if not unstaged or not unstaged.get("subject_count"):
+        return None
+    count = int(unstaged["subject_count"])
+    named = list(unstaged.get("subjects") or {})[:UNSTAGED_NAMED]
+    more = f" (+{count - len(named)} more)" if count > len(named) else ""
+    return (
+        f"{unstaged.get('messages', 0)} message(s) on {count} subject(s) no stager takes: "
+        f"{', '.join(named)}{more}; they expire from the stream without reaching the lake. "
+        "Add each subject to a worker's bus.consumer.filter_subjects and its table to that "
+        'worker\'s ingest.tables (docs/operations.md, "Messages no stager takes")'
+    )
+
+
 def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, list[str]]:
     problems: list[str] = []
     ingest_up = is_up(snap.ingest, snap.now_ms, last_activity_ms=_last_commit_ms(snap))
@@ -404,6 +426,9 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
     for t in tables:
         if t["state"] in ("stale", "paused"):
             problems.append(f"{t['table']} is {t['state']}")
+    unstaged = unstaged_problem((snap.bus or {}).get("unstaged"))
+    if unstaged is not None:
+        problems.append(unstaged)
     problems.extend(capture_problems(capture_status(snap.capture)))
     if snap.bus_error:
         problems.append(f"the bus is unreachable: {snap.bus_error}")
@@ -414,7 +439,7 @@ def pipeline_state(snap: Snapshot, tables: list[dict[str, Any]]) -> tuple[str, l
         problems.append(f"{dlq} dead letter(s)")
     if not ingest_up or not stager_up or capture_down:
         return "down", problems
-    if any(t["state"] in ("stale", "paused") for t in tables):
+    if unstaged is not None or any(t["state"] in ("stale", "paused") for t in tables):
         return "stale", problems
     if problems:
         return "degraded", problems

@@ -11,6 +11,12 @@ loop, a "poison batch") would lose the message silently. Instead the stager enfo
 (reason ``max_deliver``) without being decoded, durably, before it is acked. A crash at any
 point leads to one more delivery, never to a loss.
 
+Role marker. The stager's consumer carries :data:`STAGER_METADATA` in its JetStream metadata
+(NATS 2.10+): :mod:`tidelake.bus.coverage` tells a stager's consumer from a route's or a
+view's by it. Metadata is a mutable field, so a consumer made before the marker existed gets
+it on the next provisioning. Only tidelake's own keys (``tidelake.``) are compared: nats-server
+2.11+ adds keys of its own (``_nats.req.level``, ``_nats.ver``, ``_nats.level``).
+
 Leader elections. In a cluster, a stream whose leader died answers nothing until its peers
 elect another (nats-server 2.15 took ~6 s in tests/integration/bus/test_cluster.py): its API
 requests time out or find no responder. Provisioning waits through that
@@ -36,6 +42,12 @@ log = structlog.get_logger(__name__)
 
 #: Server-side MaxDeliver of the stager's consumer: unlimited (see the module docstring).
 SERVER_MAX_DELIVER = -1
+#: The metadata key naming what a tidelake consumer is for.
+ROLE_KEY = "tidelake.role"
+#: The metadata of every stager's consumer (bus/coverage.py finds the stagers by it).
+STAGER_METADATA = {ROLE_KEY: "stager"}
+#: Metadata keys tidelake owns start with this; the server's own start with ``_nats.``.
+_OWN_METADATA_PREFIX = "tidelake."
 #: Seconds; durations are compared with this tolerance (the server keeps nanoseconds).
 _DURATION_TOLERANCE_S = 1e-3
 #: Seconds provisioning keeps asking while JetStream does not answer (a leader election).
@@ -121,14 +133,23 @@ def consumer_config(cfg: BusConfig) -> api.ConsumerConfig:
         filter_subject=c.filter_subject,
         filter_subjects=list(c.filter_subjects) or None,
         replay_policy=api.ReplayPolicy.INSTANT,
+        metadata=dict(STAGER_METADATA),
     )
+
+
+def own_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
+    """The keys of a consumer's metadata that tidelake wrote (not the server's ``_nats.*``)."""
+    return {k: v for k, v in (metadata or {}).items() if k.startswith(_OWN_METADATA_PREFIX)}
 
 
 def _differences(want: Any, have: Any, fields: tuple[str, ...]) -> list[str]:
     out = []
     for f in fields:
         w, h = getattr(want, f), getattr(have, f)
-        if isinstance(w, float | int) and isinstance(h, float | int) and not isinstance(w, bool):
+        if f == "metadata":
+            if own_metadata(w) != own_metadata(h):
+                out.append(f)
+        elif isinstance(w, float | int) and isinstance(h, float | int) and not isinstance(w, bool):
             if abs(float(w) - float(h)) > _DURATION_TOLERANCE_S:
                 out.append(f)
         elif isinstance(w, list) and isinstance(h, list):
@@ -160,6 +181,7 @@ _CONSUMER_FIELDS = (
     "max_ack_pending",
     "filter_subject",
     "filter_subjects",
+    "metadata",
 )
 #: A consumer's filters are fixed: a changed set would skip or re-deliver a worker's share.
 _CONSUMER_FIXED = frozenset({"deliver_policy", "ack_policy", "filter_subject", "filter_subjects"})

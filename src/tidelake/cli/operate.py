@@ -261,6 +261,17 @@ def render_status(data: dict[str, Any], out: Console, *, wide: bool = False) -> 
             f"(last seq {bus['stream']['last_seq']:,}) · consumer pending {c.get('pending', 0):,}, "
             f"ack pending {c.get('ack_pending', 0):,} · dead letters {bus['dlq']['messages']:,}"
         )
+        unstaged = bus.get("unstaged")
+        if unstaged and unstaged["subject_count"]:
+            # Every listed subject with its count; the problem above names only the first few.
+            listed = ", ".join(f"{escape(s)} ({n:,})" for s, n in unstaged["subjects"].items())
+            more = unstaged["subject_count"] - len(unstaged["subjects"])
+            out.print(
+                f"unstaged: [red]{unstaged['messages']:,} messages[/] on "
+                f"{unstaged['subject_count']:,} subjects no stager takes: {listed}"
+                + (f" (+{more:,} more)" if more > 0 else ""),
+                soft_wrap=whole_lines,
+            )
     else:
         out.print(f"bus: [red]unreachable[/] {escape(str(bus['error']))}", soft_wrap=whole_lines)
     s = data["stage"]

@@ -50,6 +50,7 @@ def _snapshot(tmp_path: Path, commits: list[dict[str, Any]], last_seq: dict[str,
         "stream": {"name": "S", "messages": 9, "bytes": 900, "first_seq": 1, "last_seq": 9},
         "consumer": {"pending": 0, "ack_pending": 0, "redelivered": 0, "ack_floor_seq": 9},
         "dlq": {"name": "D", "messages": 0, "bytes": 0},
+        "unstaged": {"subjects": {}, "subject_count": 0, "messages": 0, "stagers": ["st"]},
         "last_by_table": {t: {"seq": s, "time_ms": NOW} for t, s in last_seq.items()},
     }
     return Snapshot(NOW, stage, record, beat, beat, bus, None, 60.0, {"a.t": 0.2})
