@@ -41,12 +41,6 @@ demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgo
 .PHONY: test
 test: export SETUP_CHROMIUM := 1
 test: export TIDELAKE_SETUP_TESTS := 1
-# Every JVM the suite starts (Spark, Trino, Kafka, the Hive Metastore, Debezium Server, ...)
-# lives seconds to minutes on small data: the client compiler alone (no C2) spends far less
-# CPU on just-in-time compiling. A fresh Spark + Hudi JVM doing 8 small upserts took 17.8
-# CPU s instead of 31.0 on 2 cores. Results are unchanged (the JIT tier never changes what
-# code computes); the product's long-running JVMs keep the JDK's default tiers.
-test: export JDK_JAVA_OPTIONS := -XX:TieredStopAtLevel=1
 test: setup ## Run the test suite (unit, integration on real services, e2e short forms)
 	$(PY) -m pytest -m "not long" --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 

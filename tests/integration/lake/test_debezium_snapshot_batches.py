@@ -28,8 +28,8 @@ from tidelake.verify.lake import read_table
 
 pytestmark = pytest.mark.integration
 
-ROWS = 100_000
-BATCH = 9_000
+ROWS = 40_000
+BATCH = 3_600
 SNAPSHOT_LSN = 22_116_704
 
 
@@ -76,10 +76,10 @@ def _stage_and_ingest(env: StageEnv, spark: SparkSession) -> None:
     assert {} == stats.refused
 
 
-def test_a_snapshot_of_100k_rows_over_many_batches_and_a_split_key_change_land_whole(
+def test_a_snapshot_of_40k_rows_over_many_batches_and_a_split_key_change_land_whole(
     nats_server: EmbeddedNats, spark: SparkSession, tmp_path: Path
 ) -> None:
-    """100,000 snapshot rows sharing one position, staged and ingested in batches of 9,000,
+    """40,000 snapshot rows sharing one position, staged and ingested in batches of 3,600,
     all land; a key change whose delete and create are cut apart by a batch boundary (and an
     ingest restart) ends as old key gone, new key present."""
     env = make_stage_env(
