@@ -47,6 +47,8 @@ class DemoRun:
     rows_in_lake: int = 0
     mismatches: int | None = None
     error: str | None = None
+    #: The embedded nats-server fsynced before every PubAck (``sync_interval: always``).
+    fsync: bool = True
 
     def record_demo(self, demo: DemoResult, tables: int) -> None:
         """The demo's figures; a verification that reached fewer than ``tables`` tables is
@@ -74,8 +76,6 @@ class FreshnessResult(DemoRun):
 
     rate: float
     seconds: float
-    #: The embedded nats-server fsynced before every PubAck (``sync_interval: always``).
-    fsync: bool = True
     stager_peak_rss_mib: float | None = None
     ingest_peak_rss_mib: float | None = None
 

@@ -135,14 +135,20 @@ def run_tables_bench(
     catch_up_s: float,
     log: Log,
     console: Console,
+    *,
+    fsync: bool = True,
 ) -> TablesResult:
     """The demo over ``tables`` tables at ``rate_per_table`` events/s each for ``seconds``,
-    with memory sampling; the ingest's rounds read from its commit log afterwards."""
-    result = TablesResult(tables=tables, rate_per_table=rate_per_table, seconds=seconds)
+    with memory sampling; the ingest's rounds read from its commit log afterwards. ``fsync``
+    False: its nats-server fsyncs on its default schedule (``tidelake demo --no-fsync``)."""
+    result = TablesResult(
+        tables=tables, rate_per_table=rate_per_table, seconds=seconds, fsync=fsync
+    )
     rate = tables * rate_per_table
+    policy = "defaults" if fsync else "defaults but no fsync per message in nats-server"
     log(
         f"{tables:,} tables at {rate_per_table:,.1f} events/s each ({rate:,.0f} events/s) "
-        f"for {seconds:,.0f} s (demo processes, defaults)"
+        f"for {seconds:,.0f} s (demo processes, {policy})"
     )
     opts = DemoOptions(
         events=int(rate * seconds),
@@ -150,6 +156,7 @@ def run_tables_bench(
         tables=tables,
         home=home / "demo",
         catch_up_timeout_s=catch_up_s,
+        fsync=fsync,
     )
     demo, stager, ingest = sampled_demo(opts, console)
     result.stager_peak_rss_mib = stager.peak_mib

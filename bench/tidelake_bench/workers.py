@@ -190,6 +190,8 @@ def run_workers_bench(
     catch_up_s: float,
     log: Log,
     console: Console,
+    *,
+    fsync: bool = True,
 ) -> WorkersResult:
     """The demo over ``tables`` tables at ``rate_per_table`` events/s each for ``seconds``,
     once per count in :data:`WORKER_COUNTS`, memory sampled per worker."""
@@ -208,6 +210,7 @@ def run_workers_bench(
             home=home / f"workers-{count}",
             catch_up_timeout_s=catch_up_s,
             workers=count,
+            fsync=fsync,
         )
         names: list[str | None] = [None] if count == 1 else [f"w{i}" for i in range(1, count + 1)]
         samplers = {name: _sample(me, name) for name in names}
@@ -216,7 +219,7 @@ def run_workers_bench(
         finally:
             for sampled in samplers.values():
                 sampled.stop()
-        run = WorkerRun(workers=count)
+        run = WorkerRun(workers=count, fsync=fsync)
         run.record_demo(demo, tables)
         spans: list[float] = []
         for name, sampled in samplers.items():
