@@ -15,6 +15,7 @@ from typing import Any
 
 import nats.js.errors
 
+from tidelake.bus.coverage import subject_matches
 from tidelake.config import load_config
 from tidelake.runtime.storage import LocalStorage
 from tidelake.stage.batch import Batch
@@ -24,17 +25,6 @@ from tidelake.stage.consumer import Stager, consumer_seq
 def _msg(seq: int, cseq: int, delivered: int = 1) -> Any:
     """A delivery as the stager sees it: only its ack subject matters here."""
     return SimpleNamespace(reply=f"$JS.ACK.TIDELAKE_CDC.w1.{delivered}.{seq}.{cseq}.1.0")
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` the rest."""
-    want, have = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(want) == len(have)
 
 
 class StreamJs:
@@ -47,7 +37,7 @@ class StreamJs:
     async def get_msg(self, stream: str, *, seq: int, subject: str, next: bool) -> Any:
         self.lookups.append(subject)
         for s in sorted(self.subjects):
-            if s >= seq and _matches(subject, self.subjects[s]):
+            if s >= seq and subject_matches(subject, self.subjects[s]):
                 return SimpleNamespace(seq=s)
         raise nats.js.errors.NotFoundError
 
