@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from tidelake_bench.stats import ratio
 
@@ -534,6 +536,19 @@ def _sizes(n: dict[str, Any]) -> list[str]:
 
 
 RUNS_HEADING = "## Runs"
+
+
+def save_result(path: Path, result: BenchResult) -> None:
+    """Write ``result`` whole to ``path`` (replaced atomically), for ``load_result``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+
+
+def load_result(path: Path) -> BenchResult:
+    """The result ``save_result`` wrote."""
+    return BenchResult(**orjson.loads(path.read_bytes()))
 
 
 def append_run(path: Path, result: BenchResult, title: str | None = None) -> None:

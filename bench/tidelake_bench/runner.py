@@ -26,7 +26,7 @@ from tidelake_bench.ingest import (
     IngestPlan,
     run_ingest_bench,
 )
-from tidelake_bench.report import BenchResult, derive
+from tidelake_bench.report import BenchResult, derive, save_result
 from tidelake_bench.stage import run_stage_bench
 from tidelake_bench.views import ViewsPlan
 
@@ -146,6 +146,9 @@ class BenchOptions:
     keep: bool = False
     #: Extra tidelake ingest contenders: name → Hudi options (IngestPlan.variants).
     variants: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Where the result so far is saved after each part (``save_result``), so that a run
+    #: stopped before its end (a full run lasts hours) still has the parts it finished.
+    progress: Path | None = None
 
     @property
     def effective_sizes(self) -> Sizes:
@@ -204,6 +207,10 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         except Exception as exc:  # a broken part must not hide the others' numbers
             result.errors.append(f"{part}: {type(exc).__name__}: {exc}"[:2000])
         result.load[f"{part} end"] = machine.load_average()
+        result.numbers = n | derive(n)
+        if opts.progress is not None:
+            result.elapsed_s = round(time.monotonic() - started, 1)
+            save_result(opts.progress, result)
     n |= derive(n)
     result.numbers = n
     result.load["end"] = machine.load_average()

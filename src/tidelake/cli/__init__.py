@@ -936,6 +936,14 @@ def bench(
         Path | None, typer.Option(help="append the run to this Markdown file (docs/benchmarks.md)")
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="keep the bench data directory")] = False,
+    saved: Annotated[
+        Path | None,
+        typer.Option(
+            help="append the run saved in this file to --docs instead of running: each part "
+            "saves the run so far beside the data directory (<home>/bench-progress.json), "
+            "so a run stopped midway keeps the parts it finished"
+        ),
+    ] = None,
     variant: Annotated[
         list[str] | None,
         typer.Option(
@@ -968,8 +976,16 @@ def bench(
         raise typer.Exit(2)
     if str(checkout / "bench") not in sys.path:
         sys.path.insert(0, str(checkout / "bench"))
-    from tidelake_bench.report import append_run
+    from tidelake_bench.report import append_run, load_result
     from tidelake_bench.runner import PARTS, BenchOptions, parse_variant, run_bench
+
+    if saved is not None:
+        if docs is None:
+            err_console.print("[bold red]--saved needs --docs[/]: the file to append the run to")
+            raise typer.Exit(2)
+        append_run(docs, load_result(saved))
+        console.print(f"appended the run saved in {saved} to {docs}")
+        return
 
     parts = tuple(part or PARTS)
     if unknown := sorted(set(parts) - set(PARTS)):
@@ -981,8 +997,14 @@ def bench(
         err_console.print(f"[bold red]--variant[/] {exc}")
         raise typer.Exit(2) from exc
     out = err_console if json else console
+    bench_home = home or _home() / "bench"
     options = BenchOptions(
-        quick=quick, home=home or _home() / "bench", parts=parts, keep=keep, variants=variants
+        quick=quick,
+        home=bench_home,
+        parts=parts,
+        keep=keep,
+        variants=variants,
+        progress=bench_home.parent / f"{bench_home.name}-progress.json",
     )
     result = run_bench(options, out)
     if docs is not None:

@@ -101,3 +101,24 @@ def test_the_product_package_holds_no_bench() -> None:
     src = Path(tidelake.__file__).parent
     assert [] == sorted(str(p.relative_to(src)) for p in src.rglob("*bench*.py"))
     assert not (src / "bench").exists()
+
+
+def test_a_saved_run_is_appended_to_the_docs_without_running(tmp_path: Path) -> None:
+    """``--saved FILE --docs DOC`` appends what a stopped run saved; without ``--docs`` it
+    is refused with exit 2."""
+    from tidelake_bench.report import BenchResult, save_result
+
+    result = BenchResult(quick=False, numbers={"freshness_p50_s": 7.5})
+    result.errors = ["tables: stopped by hand"]
+    saved = tmp_path / "bench-progress.json"
+    save_result(saved, result)
+    site = _installed_copy(tmp_path)
+    refused = _bench(site, REPO, "--saved", str(saved))
+    assert 2 == refused.returncode
+    assert "--saved needs --docs" in refused.stdout + refused.stderr
+    doc = tmp_path / "benchmarks.md"
+    proc = _bench(site, REPO, "--saved", str(saved), "--docs", str(doc))
+    assert 0 == proc.returncode, proc.stderr
+    text = doc.read_text()
+    assert "| freshness p50 s | 7.5 |" in text
+    assert "- tables: stopped by hand" in text

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from rich.console import Console
 
 from tidelake_bench.report import (
     HEADLINE,
@@ -11,7 +12,9 @@ from tidelake_bench.report import (
     BenchResult,
     append_run,
     derive,
+    load_result,
     render_markdown,
+    save_result,
 )
 from tidelake_bench.runner import parse_variant
 
@@ -189,3 +192,49 @@ def test_a_variant_names_its_hudi_options() -> None:
         parse_variant("no-colon")
     with pytest.raises(ValueError, match="key=value"):
         parse_variant("x:novalue")
+
+
+def test_a_saved_result_loads_back_whole(tmp_path: Path) -> None:
+    """What each part saves (``save_result``) is what ``--saved`` appends later."""
+    result = _result(freshness_p50_s=2.5, stage_events_per_s=1000.0)
+    result.details = {"stage": {"events": 10}}
+    result.errors = ["tables: stopped"]
+    path = tmp_path / "bench-progress.json"
+    save_result(path, result)
+    assert load_result(path) == result
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_each_part_saves_the_run_so_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped midway (a full one lasts hours) keeps the parts it finished: after each
+    part the result so far, derived numbers included, is in the progress file."""
+    from tidelake_bench import machine, runner, tools
+
+    monkeypatch.setattr(tools, "nats_cli", lambda: None)
+    monkeypatch.setattr(machine, "machine", lambda: {"nproc": 2})
+    monkeypatch.setattr(machine, "versions", lambda nats=None: {})
+    monkeypatch.setattr(machine, "load_average", lambda: [1.0, 1.0, 1.0])
+    progress = tmp_path / "bench-progress.json"
+    seen: list[BenchResult] = []
+
+    def nats_sync(home: Path, sizes: object, n: dict, result: BenchResult, log: object) -> None:
+        n["stage_events_per_s"] = 100.0
+        n["nats_bench_events_per_s"] = 400.0
+
+    def capture(home: Path, sizes: object, n: dict, result: BenchResult, log: object) -> None:
+        seen.append(load_result(progress))
+        raise RuntimeError("capture broke")
+
+    monkeypatch.setattr(runner, "_nats_sync", nats_sync)
+    monkeypatch.setattr(runner, "_capture", capture)
+    opts = runner.BenchOptions(
+        quick=True, home=tmp_path / "bench", parts=("nats_sync", "capture"), progress=progress
+    )
+    final = runner.run_bench(opts, Console(quiet=True))
+    after_first = seen[0]
+    assert after_first.numbers["stage_vs_nats_bench"] == 0.25
+    assert set(after_first.load) == {"start", "nats_sync start", "nats_sync end"}
+    assert after_first.errors == []
+    saved = load_result(progress)
+    assert saved.errors == ["capture: RuntimeError: capture broke"]
+    assert saved.numbers == final.numbers
