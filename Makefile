@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TL := $(VENV)/bin/tidelake
 PYTEST_ARGS ?=
+# make test shares the suite between this many pytest-xdist workers (tests/conftest.py); 0 = one process
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -42,7 +44,7 @@ demo-postgres: setup ## The demo against a private PostgreSQL: SQL workload, pgo
 test: export SETUP_CHROMIUM := 1
 test: export TIDELAKE_SETUP_TESTS := 1
 test: setup ## Run the test suite (unit, integration on real services, e2e short forms)
-	$(PY) -m pytest -m "not long" --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(PY) -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadscope --durations=25 $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 .PHONY: e2e
 e2e: export TIDELAKE_SETUP_TESTS := 1

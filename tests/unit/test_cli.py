@@ -147,9 +147,15 @@ def test_version_prints_the_installed_version() -> None:
     assert (0, f"tidelake {version('tidelake')}\n") == (proc.returncode, proc.stdout)
 
 
-def test_shell_completion_is_offered() -> None:
-    """`--show-completion bash` prints a bash completion script for `tidelake`."""
+def test_shell_completion_is_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--show-completion bash` prints a bash completion script for `tidelake`.
+
+    Typer takes the shell from the command line only with its shell detection off; with it on,
+    it asks shellingham for the parent shell, which a run without one (under setsid, say) lacks.
+    """
     from typer.testing import CliRunner
+
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
 
     result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="tidelake")
     assert 0 == result.exit_code, result.output

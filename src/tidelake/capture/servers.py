@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import pwd
 import shutil
@@ -32,6 +33,10 @@ from tidelake.errors import TidelakeError, Transient
 from tidelake.runtime.processes import ChildProcess, ProcessError, free_port
 
 log = structlog.get_logger(__name__)
+
+
+# The longest Unix socket path Linux accepts: sizeof(sockaddr_un.sun_path) less its final NUL.
+_SUN_PATH_MAX = 107
 
 
 class ServerError(TidelakeError, Transient):
@@ -156,7 +161,14 @@ class MariaDBServer(_ChildServer):
 
     @property
     def socket(self) -> Path:
-        return self.data_dir / "mysqld.sock"
+        """The server's Unix socket: in the data directory, or in the temporary directory when
+        that path would pass the kernel's 107-byte limit for a socket address (``sun_path``),
+        named after the data directory so that two servers never share one."""
+        inside = self.data_dir / "mysqld.sock"
+        if len(os.fsencode(inside)) <= _SUN_PATH_MAX:
+            return inside
+        digest = hashlib.sha256(os.fsencode(self.data_dir)).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"tidelake-mariadb-{digest}.sock"
 
     @property
     def dsn(self) -> str:
