@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tidelake_bench import machine, tools
+from tidelake_bench.floor import QUICK_FLOOR, FloorPlan
 from tidelake_bench.freshness import run_freshness_bench
 from tidelake_bench.ingest import (
     HUDI014_DATASOURCE,
@@ -35,6 +36,7 @@ PARTS = (
     "ingest",
     "freshness",
     "nats_sync",
+    "floor",
     "capture",
     "snapshot",
     "views",
@@ -81,6 +83,8 @@ class Sizes:
     snapshot_initial_rows: int = 1_000_000
     #: The view's base table at two sizes, and the changed keys per step (``views.py``).
     views: ViewsPlan = field(default_factory=ViewsPlan)
+    #: The floor of a small Hudi commit (``floor.py``).
+    floor: FloorPlan = field(default_factory=FloorPlan)
     #: Many active tables (``tables.py``): how many, events/s each, seconds of publishing,
     #: and how long the lake may take to create the tables, and to catch up after the
     #: publishing, before the wait ends (the freshness figures are then lower bounds). The
@@ -125,6 +129,7 @@ QUICK = Sizes(
     snapshot_rows=200_000,
     snapshot_initial_rows=50_000,
     views=ViewsPlan(table_rows=(20_000, 200_000)),
+    floor=QUICK_FLOOR,
     tables=50,
     tables_seconds=60,
     tables_catch_up_s=600.0,
@@ -192,6 +197,7 @@ def run_bench(opts: BenchOptions, console: Console) -> BenchResult:
         "ingest": lambda: _ingest(home, sizes, opts.variants, n, result, log),
         "freshness": lambda: _freshness(home, sizes, n, result, log, console),
         "nats_sync": lambda: _nats_sync(home, sizes, n, result, log),
+        "floor": lambda: _floor(home, sizes, n, result, log),
         "capture": lambda: _capture(home, sizes, n, result, log),
         "snapshot": lambda: _snapshot(home, sizes, n, result, log),
         "views": lambda: _views(home, sizes, n, result, log),
@@ -262,6 +268,25 @@ def _nats_sync(
         f"{_num(n['nats_publish_events_per_s_sync_always'])} with sync always; PubAck p99 "
         f"{n['nats_puback_p99_ms_default']} ms / {n['nats_puback_p99_ms_sync_always']} ms"
     )
+
+
+def _floor(
+    home: Path, sizes: Sizes, n: dict[str, Any], result: BenchResult, log: Callable[[str], None]
+) -> None:
+    """The smallest Hudi commits, one table and three together, per layout (``floor.py``)."""
+    from tidelake_bench.floor import headline, run_floor_bench
+
+    runs = run_floor_bench(home / "floor", sizes.floor, log)
+    result.details["floor"] = runs
+    n |= headline(runs)
+    log(
+        "floor: a 1-row commit "
+        + ", ".join(f"{k[len('floor_commit_s['):-1]} {v} s" for k, v in n.items()
+                    if k.startswith("floor_commit_s["))
+        + "; three tables together "
+        + ", ".join(f"{k[len('floor_round_of_three_s['):-1]} {v} s" for k, v in n.items()
+                    if k.startswith("floor_round_of_three_s["))
+    )  # fmt: skip
 
 
 def _capture(

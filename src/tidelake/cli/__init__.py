@@ -924,7 +924,7 @@ def bench(
     part: Annotated[
         list[str] | None,
         typer.Option(
-            help="stage, ingest, freshness, nats_sync, capture, snapshot, views, tables or "
+            help="stage, ingest, freshness, nats_sync, floor, capture, snapshot, views, tables or "
             "workers (repeatable; default all; docs/benchmarks.md)"
         ),
     ] = None,
