@@ -166,14 +166,17 @@ def run_floor_bench(
     config = load_config(config_file, environ={})
     spark = build_spark_session(config, app_name="tidelake-bench-floor")
     try:
-        return _measure(_Tables(spark, config, home / "lake"), plan, log)
+        return measure_floor(spark, config, home / "lake", plan, log)
     finally:
         spark.stop()
 
 
-def _measure(
-    tables: _Tables, plan: FloorPlan, log: Callable[[str], None]
+def measure_floor(
+    spark: SparkSession, config: Config, lake: Path, plan: FloorPlan, log: Callable[[str], None]
 ) -> dict[str, dict[str, dict[str, Any]]]:
+    """The measurements of :func:`run_floor_bench` in a session of the caller's, with tables
+    ``<layout>_<n>`` under ``lake``."""
+    tables = _Tables(spark, config, lake)
     walls: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
     for layout in LAYOUTS:
