@@ -5,8 +5,8 @@ a file's module-scoped servers (nats-server, MariaDB, PostgreSQL, Debezium Serve
 Some files must also share a worker with each other, and :data:`GROUPS` names them by path:
 
 - ``spark``: the lake, view and Debezium Server tests start a Spark JVM with the Hudi bundle
-  (a session-scoped one for lake and view). On one worker it starts once, not once per worker,
-  and two Spark JVMs never compete for the two cores.
+  in the test process (a session-scoped one for lake and view). On one worker it starts once,
+  not once per worker, and these JVMs never run two at a time.
 - ``chaos``: the fault runs mount loop devices and count processes by name; two at once would
   see each other's.
 

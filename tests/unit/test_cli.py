@@ -156,7 +156,6 @@ def test_shell_completion_is_offered(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
-
     result = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="tidelake")
     assert 0 == result.exit_code, result.output
     assert "_TIDELAKE_COMPLETE=complete_bash" in result.output
