@@ -35,7 +35,7 @@ from tidelake_bench.memory import cpu_seconds, process_tree
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: Tables of three tables committed together (``three``).
+#: How many tables the ``three`` form commits together.
 TOGETHER = 3
 
 
@@ -188,7 +188,8 @@ def measure_floor(
     seq = 0
 
     def timed(key: tuple[str, str], write: Callable[[], None]) -> None:
-        wall, cpu = time.monotonic(), _cpu_s()
+        cpu = _cpu_s()  # read before the clock starts and after it stops: /proc is no write
+        wall = time.monotonic()
         write()
         walls.setdefault(key, []).append(time.monotonic() - wall)
         cpus.setdefault(key, []).append(_cpu_s() - cpu)

@@ -279,14 +279,9 @@ def _floor(
     runs = run_floor_bench(home / "floor", sizes.floor, log)
     result.details["floor"] = runs
     n |= headline(runs)
-    log(
-        "floor: a 1-row commit "
-        + ", ".join(f"{k[len('floor_commit_s['):-1]} {v} s" for k, v in n.items()
-                    if k.startswith("floor_commit_s["))
-        + "; three tables together "
-        + ", ".join(f"{k[len('floor_round_of_three_s['):-1]} {v} s" for k, v in n.items()
-                    if k.startswith("floor_round_of_three_s["))
-    )  # fmt: skip
+    one = ", ".join(f"{layout} {n[f'floor_commit_s[{layout}]']} s" for layout in runs)
+    three = ", ".join(f"{layout} {n[f'floor_round_of_three_s[{layout}]']} s" for layout in runs)
+    log(f"floor: a 1-row commit {one}; three tables together {three}")
 
 
 def _capture(

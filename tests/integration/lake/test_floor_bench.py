@@ -44,5 +44,6 @@ def test_the_floor_measures_both_layouts_as_they_are_laid_out(
         assert "MERGE_ON_READ" == table_type(f"mor_bucket_{i}")
     # Every upsert into the merge-on-read tables stayed a log append: nothing compacted them.
     timeline = tmp_path / "lake" / "mor_bucket_0" / ".hoodie" / "timeline"
+    assert len(list(timeline.glob("*.deltacommit"))) >= 1 + plan.rounds * len(plan.one_rows)
     assert [] == sorted(p.name for p in timeline.glob("*.commit"))
     assert list((tmp_path / "lake" / "mor_bucket_0").glob(".*.log.*"))
